@@ -1,0 +1,283 @@
+"""sturdy.workers.worker on real systemd 252 (bookworm) and 257 (trixie).
+
+The scenario's declaration is molecule/worker/vars.yml. Expected numbers are worked out by hand
+below, not by calling the collection's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+from conftest import declaration, process, run_role, show, snapshot, systemd_version, wait_for
+
+WORKERS = [f"demo-worker@{i}.service" for i in (1, 2, 3)]
+SCALERS = [f"demo-scaler@{i}.service" for i in (1, 2, 3)]
+
+
+def usec(value: str) -> float:
+    """Seconds from a systemctl timespan such as '2min 10s' or '17s' or '500ms'."""
+    units = {"min": 60.0, "s": 1.0, "ms": 0.001, "us": 0.000001, "h": 3600.0}
+    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)(min|ms|us|s|h)", value))
+
+
+def test_declared_instances_run_and_are_enabled(host):
+    for unit in WORKERS + SCALERS:
+        service = host.service(unit)
+        assert service.is_running, unit
+        assert service.is_enabled, unit
+    assert host.service("demo.target").is_enabled
+    assert host.service("demo.target").is_running
+    # instances: 0 installs the template but starts nothing
+    assert host.file("/etc/systemd/system/demo-crasher@.service").exists
+    assert not host.service("demo-crasher@1.service").is_running
+
+
+def test_worker_unit_carries_the_declared_settings(host):
+    props = show(
+        host,
+        "demo-worker@1.service",
+        "Type",
+        "Restart",
+        "RestartUSec",
+        "KillMode",
+        "KillSignal",
+        "TimeoutStopUSec",
+        "StartLimitIntervalUSec",
+        "StartLimitBurst",
+        "User",
+        "Group",
+        "WorkingDirectory",
+        "NeedDaemonReload",
+    )
+    trixie = systemd_version(host) >= 254
+    assert props == {
+        "Type": "exec",
+        "Restart": "on-failure",
+        "RestartUSec": "2s",
+        "KillMode": "mixed",
+        "KillSignal": "15",
+        # max_task_runtime 100 + stop margin 30; stop_timeout was not declared, so it was raised
+        "TimeoutStopUSec": "2min 10s",
+        # RestartSec=2 RestartSteps=3 RestartMaxDelaySec=8 burst 3: delays 2 + 3.17 + 5.04 (trixie) or
+        # 2 + 2 + 2 (bookworm, no backoff), plus 2 s per start -> 16.2 -> 17 s and 12 s.
+        "StartLimitIntervalUSec": "17s" if trixie else "12s",
+        "StartLimitBurst": "3",
+        "User": "demo",
+        "Group": "demo",
+        "WorkingDirectory": "/opt/sturdy-test",
+        "NeedDaemonReload": "no",
+    }
+
+
+def test_backoff_directives_follow_the_systemd_version(host):
+    unit_file = host.file("/etc/systemd/system/demo-worker@.service").content_string
+    if systemd_version(host) >= 254:
+        assert show(host, "demo-worker@1.service", "RestartSteps", "RestartMaxDelayUSec") == {
+            "RestartSteps": "3",
+            "RestartMaxDelayUSec": "8s",
+        }
+    else:
+        # 252 would only warn about the unknown keys and ignore them; the role leaves them out
+        directives = [line.split("=", 1)[0] for line in unit_file.splitlines() if not line.startswith("#")]
+        assert "RestartSteps" not in directives
+        assert "RestartMaxDelaySec" not in directives
+
+
+def test_unit_files_are_managed_and_verify_clean(host):
+    for unit in ("demo-worker@.service", "demo-scaler@.service", "demo-crasher@.service", "demo.target"):
+        f = host.file(f"/etc/systemd/system/{unit}")
+        assert f.user == "root" and f.group == "root" and f.mode == 0o644
+        assert f.content_string.startswith("#"), "ansible_managed header missing"
+    for unit in ("demo-worker@1.service", "demo-scaler@1.service", "demo-crasher@1.service", "demo.target"):
+        result = host.run("systemd-analyze verify %s", unit)
+        # verify exits 0 on unknown keys and bad values; they only show on stderr
+        assert result.rc == 0 and result.stderr.strip() == "", result.stderr
+
+
+def test_security_exposure_is_at_most_2(host):
+    out = host.check_output("systemd-analyze security demo-worker@1.service")
+    exposure = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", out).group(1))
+    assert exposure <= 2.0, out
+
+
+def test_process_runs_as_declared_and_sandboxed(host):
+    decl = declaration()
+    record = json.loads(host.file("/var/lib/demo/worker-1.json").content_string)
+    # argv reaches the process verbatim: the space, Celery's own %h and a literal $HOME survive systemd
+    assert record["argv"][1:] == process(decl, "worker")["command"][2:]
+    assert record["cwd"] == "/opt/sturdy-test"
+    assert record["env"] == {
+        "STURDY_APP": "demo",
+        "STURDY_PROCESS": "worker",
+        "STURDY_INSTANCE": "1",
+        "STURDY_BUILD_ID": "test-1",
+        "WORKER_GREETING": '50% "off"',
+    }
+    # ProtectSystem=strict + StateDirectory= + PrivateTmp=: only the state dir and /tmp are writable
+    assert record["writable"] == {
+        "/var/lib/demo": True,
+        "/tmp": True,
+        "/opt/sturdy-test": False,
+        "/etc": False,
+        "/usr": False,
+    }
+    assert host.user("demo").shell == "/usr/sbin/nologin"
+    assert host.user("demo").uid < 1000
+
+
+def test_sigkill_brings_the_instance_back(host):
+    unit = "demo-worker@2.service"
+    before = show(host, unit, "NRestarts", "MainPID")
+    host.run_test("kill -9 %s", before["MainPID"])
+
+    def restarted():
+        now = show(host, unit, "NRestarts", "MainPID", "ActiveState")
+        return now["ActiveState"] == "active" and now["MainPID"] not in ("0", before["MainPID"]) and now
+
+    after = wait_for(restarted, timeout=15)
+    assert after, show(host, unit, "NRestarts", "ActiveState", "SubState", "Result")
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
+
+
+def test_fast_failing_unit_gives_up_within_the_computed_bound(host):
+    unit = "demo-crasher@1.service"
+    host.run("systemctl reset-failed %s", unit)
+    limit = show(host, unit, "StartLimitIntervalUSec", "StartLimitBurst")
+    # RestartSec=1 RestartSteps=3 RestartMaxDelaySec=4 burst 4: delays 1, 1.59, 2.52, 4 (sum 9.1) on
+    # trixie, 1, 1, 1, 1 on bookworm; plus 2 s per start -> 18 s and 12 s.
+    trixie = systemd_version(host) >= 254
+    assert limit == {"StartLimitIntervalUSec": "18s" if trixie else "12s", "StartLimitBurst": "4"}
+    bound = usec(limit["StartLimitIntervalUSec"])
+
+    starts: list[float] = []
+    since = host.check_output("date +%s")
+    began = time.monotonic()
+    host.run_test("systemctl start %s", unit)
+    while time.monotonic() - began < bound + 10:
+        now = show(host, unit, "ActiveState", "SubState", "NRestarts", "ExecMainStartTimestampMonotonic")
+        stamp = int(now["ExecMainStartTimestampMonotonic"]) / 1e6
+        if stamp and (not starts or stamp != starts[-1]):
+            starts.append(stamp)
+        if now["ActiveState"] == "failed":
+            break
+        time.sleep(0.1)
+    elapsed = time.monotonic() - began
+
+    # Given up for good: failed, no restart pending. Result= keeps the last run's 'exit-code' (systemd
+    # 252 and 257 only record start-limit-hit when the previous result was a success), so the refusal
+    # itself is read from the journal.
+    assert now["ActiveState"] == "failed" and now["SubState"] == "failed", now
+    assert int(now["NRestarts"]) == 4, now
+    journal = host.check_output("journalctl -u %s --since @%s --no-pager -o cat", unit, since)
+    assert "Start request repeated too quickly" in journal, journal
+    assert elapsed <= bound, f"gave up after {elapsed:.1f}s, bound {bound}s"
+    assert len(starts) == 4, starts
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    if trixie:
+        assert all(later > earlier + 0.3 for earlier, later in zip(gaps, gaps[1:])), gaps
+    else:
+        assert max(gaps) - min(gaps) < 0.5, gaps
+    host.run("systemctl reset-failed %s", unit)
+
+
+def test_shrinking_instances_stops_and_disables_the_rest(host, restore):
+    workers_before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS}
+    decl = declaration()
+    process(decl, "scaler")["instances"] = 1
+    result = run_role(host, sturdy_processes=decl["sturdy_processes"])
+    assert result.returncode == 0, result.stdout[-3000:]
+
+    assert host.service("demo-scaler@1.service").is_running
+    assert host.service("demo-scaler@1.service").is_enabled
+    for unit in SCALERS[1:]:
+        assert not host.service(unit).is_running, unit
+        assert not host.service(unit).is_enabled, unit
+    assert {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS} == workers_before
+
+
+def test_changed_unit_restarts_instances_one_at_a_time(host, restore):
+    before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS + SCALERS}
+    decl = declaration()
+    process(decl, "worker")["environment"]["WORKER_GREETING"] = "changed"
+    result = run_role(host, sturdy_processes=decl["sturdy_processes"])
+    assert result.returncode == 0, result.stdout[-3000:]
+
+    stamps = {
+        u: show(host, u, "InvocationID", "ExecMainStartTimestampMonotonic", "NeedDaemonReload")
+        for u in WORKERS + SCALERS
+    }
+    assert all(stamps[u]["InvocationID"] != before[u] for u in WORKERS)
+    assert all(stamps[u]["InvocationID"] == before[u] for u in SCALERS), "an unchanged unit was restarted"
+    assert all(s["NeedDaemonReload"] == "no" for s in stamps.values())
+    # Rolling: each instance started again before the next one was stopped. The stand-in worker takes
+    # a second to shut down, so a parallel restart would show overlapping windows here.
+    starts = [int(stamps[u]["ExecMainStartTimestampMonotonic"]) for u in WORKERS]
+    assert starts == sorted(starts)
+    assert all(later - earlier >= 1_000_000 for earlier, later in zip(starts, starts[1:])), starts
+    record = json.loads(host.file("/var/lib/demo/worker-3.json").content_string)
+    assert record["env"]["WORKER_GREETING"] == "changed"
+
+
+def test_restarts_can_be_left_to_the_caller(host, restore):
+    before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS}
+    decl = declaration()
+    process(decl, "worker")["environment"]["WORKER_GREETING"] = "left to the caller"
+    result = run_role(host, sturdy_processes=decl["sturdy_processes"], sturdy_worker_restart_changed=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+
+    assert {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS} == before
+    assert "left to the caller" in host.file("/etc/systemd/system/demo-worker@.service").content_string
+    pending = json.loads(re.search(r"pending restarts: (\[.*\])", result.stdout).group(1))
+    assert pending == WORKERS
+
+
+def _with(name: str, **changes) -> list[dict]:
+    decl = declaration()
+    process(decl, name).update(changes)
+    return decl["sturdy_processes"]
+
+
+NEGATIVE = {
+    "relative command path": (
+        {"sturdy_processes": _with("worker", command=["venv/bin/celery", "worker"])},
+        "sturdy_processes[worker].command: the executable 'venv/bin/celery' is not an absolute path",
+    ),
+    "missing executable": (
+        {"sturdy_processes": _with("worker", command=["/opt/sturdy-test/venv/bin/celery"])},
+        "sturdy_processes[worker].command[0]=/opt/sturdy-test/venv/bin/celery does not exist",
+    ),
+    "stop timeout below task runtime": (
+        {"sturdy_processes": _with("worker", stop_timeout=60, max_task_runtime=100)},
+        "sturdy_processes[worker].stop_timeout=60s is shorter than max_task_runtime (100s)",
+    ),
+    "unknown option": (
+        {"sturdy_processes": _with("worker", instance=2)},
+        "instance",
+    ),
+    "negative instance count": (
+        {"sturdy_processes": _with("worker", instances=-1)},
+        "sturdy_processes[worker].instances=-1 is out of range",
+    ),
+    "instance count that is not a number": (
+        {"sturdy_processes": _with("worker", instances="three")},
+        "instances",
+    ),
+    "bad application name": (
+        {"sturdy_app": "Demo App"},
+        'sturdy_app="Demo App" cannot name units',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", NEGATIVE, ids=list(NEGATIVE))
+def test_bad_input_fails_early_and_changes_nothing(host, case):
+    overrides, message = NEGATIVE[case]
+    before = snapshot(host)
+    result = run_role(host, **overrides)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert message in " ".join(output.split()), output[-3000:]
+    assert snapshot(host) == before

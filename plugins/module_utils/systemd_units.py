@@ -1,0 +1,179 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure functions that turn process-type declarations into systemd unit settings.
+
+No Ansible imports: the filters and modules of the collection call these, and the unit tests
+exercise them directly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+# RestartSteps= and RestartMaxDelaySec= exist from systemd 254 on (systemd NEWS v254).
+RESTART_BACKOFF_MIN_SYSTEMD = 254
+
+# What one start of a crashing process costs besides the restart delay (fork, exec, interpreter
+# start-up, the crash itself). Part of the start-limit window so that the limit still triggers when a
+# Python program needs a second or two to fail.
+START_ALLOWANCE_SEC = 2
+
+PROCESS_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+APP_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+
+_NEEDS_QUOTES_RE = re.compile(r"[\s\"'\\;]")
+
+
+class UnitSpecError(ValueError):
+    """A declaration that cannot become a unit; the message names the variable and the fix."""
+
+
+def escape_exec_arg(arg: str) -> str:
+    """Quote one argv element for ExecStart= so systemd passes it through unchanged.
+
+    ``%`` would be a unit specifier (``%h`` is root's home, not the host) and ``$`` would expand
+    environment variables, which could put secrets from EnvironmentFile= on a command line, so both
+    are escaped: the process receives exactly the string that was declared.
+    """
+    if not isinstance(arg, str):
+        raise UnitSpecError(f"command arguments must be strings, got {type(arg).__name__} {arg!r}")
+    escaped = arg.replace("%", "%%").replace("$", "$$")
+    if arg == ";":
+        return "\\;"
+    if arg and not _NEEDS_QUOTES_RE.search(arg):
+        return escaped
+    escaped = (
+        escaped.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("\n", "\\n")
+        .replace("\t", "\\t")
+        .replace("\r", "\\r")
+    )
+    return f'"{escaped}"'
+
+
+def exec_line(argv: list[str]) -> str:
+    """Render an argv list as the value of ExecStart= (absolute executable required)."""
+    if not isinstance(argv, (list, tuple)) or not argv:
+        raise UnitSpecError("a command must be a non-empty list of strings (argv), e.g. ['/usr/bin/python3', '-m', 'app']")
+    if not isinstance(argv[0], str) or not argv[0].startswith("/"):
+        raise UnitSpecError(f"the executable {argv[0]!r} is not an absolute path: systemd runs units without a PATH or a "
+            "working directory to rely on; give the full path, e.g. /srv/<app>/current/venv/bin/celery")
+    return " ".join(escape_exec_arg(a) for a in argv)
+
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def environment_line(env: dict[str, Any]) -> str:
+    """Render a mapping as the value of one Environment= line, every assignment quoted.
+
+    Environment= expands unit specifiers but not variables, so only ``%`` is doubled.
+    """
+    parts = []
+    for key, value in env.items():
+        if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+            raise UnitSpecError(f"{key!r} is not a valid environment variable name (letters, digits and _, not starting with a digit)")
+        text = "" if value is None else str(value)
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        text = text.replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        parts.append(f'"{key}={text}"')
+    return " ".join(parts)
+
+
+def restart_delays(restart_sec: int, steps: int, max_delay: int, count: int, backoff: bool) -> list[float]:
+    """Delays (seconds) systemd waits before automatic restarts 1..count.
+
+    Mirrors service_restart_usec_next() in systemd's src/core/service.c (v254+): the first restart waits
+    RestartSec, restart i (2 <= i <= steps) waits RestartSec * (max/RestartSec) ** ((i-1)/steps), later
+    ones wait RestartMaxDelaySec. Without backoff (systemd < 254) every delay is RestartSec.
+    """
+    if not backoff or steps == 0 or restart_sec == 0 or restart_sec >= max_delay:
+        return [float(restart_sec)] * count
+    delays = []
+    for i in range(1, count + 1):
+        if i <= 1:
+            delays.append(float(restart_sec))
+        elif i > steps:
+            delays.append(float(max_delay))
+        else:
+            delays.append(restart_sec * (max_delay / restart_sec) ** ((i - 1) / steps))
+    return delays
+
+
+def start_limit_interval(restart_sec: int, steps: int, max_delay: int, burst: int, backoff: bool) -> int:
+    """Smallest StartLimitIntervalSec= (whole seconds) in which `burst` fast failures trip the limit.
+
+    systemd allows `burst` starts per window that opens with the first start. A process that fails at
+    once is started again after each restart delay, so the (burst+1)-th start comes after the sum of the
+    first `burst` delays; the window must be longer than that, plus what each start itself costs.
+    With RestartSec=5s and systemd's default 10s/5 the window is too short: the unit loops forever.
+    """
+    delays = restart_delays(restart_sec, steps, max_delay, burst, backoff)
+    return int(math.ceil(sum(delays) + burst * START_ALLOWANCE_SEC))
+
+
+def _instance_units(app: str, name: str, instances: int) -> list[str]:
+    return [f"{app}-{name}@{i}.service" for i in range(1, instances + 1)]
+
+
+def plan_processes(
+    app: str,
+    processes: list[dict[str, Any]],
+    defaults: dict[str, Any],
+    systemd_version: int,
+) -> list[dict[str, Any]]:
+    """Merge each declaration with the role defaults and derive what the unit template needs.
+
+    Validation of types and option names is argument_specs' job; this only fills in and derives.
+    A stop timeout that was not declared is raised to cover the declared task runtime plus the margin;
+    one that was declared is kept as is, and preflight refuses it when it is too short.
+    """
+    backoff = int(systemd_version) >= RESTART_BACKOFF_MIN_SYSTEMD
+    margin = int(defaults.get("stop_margin", 0))
+    planned = []
+    for declared in processes:
+        proc = {k: v for k, v in defaults.items() if k != "stop_margin"}
+        proc.update({k: v for k, v in declared.items() if v is not None})
+        name = proc["name"]
+        where = f"sturdy_processes[{name}]"
+        try:
+            proc["exec_start"] = exec_line(proc["command"])
+        except UnitSpecError as exc:
+            raise UnitSpecError(f"{where}.command: {exc}") from exc
+        try:
+            proc["environment_line"] = environment_line(proc.get("environment") or {})
+        except UnitSpecError as exc:
+            raise UnitSpecError(f"{where}.environment: {exc}") from exc
+        runtime = proc.get("max_task_runtime")
+        if runtime is not None and declared.get("stop_timeout") is None:
+            proc["stop_timeout"] = max(int(proc["stop_timeout"]), int(runtime) + margin)
+        proc["stop_timeout_min"] = None if runtime is None else int(runtime) + margin
+        proc["paths"] = [p for p in [proc.get("working_directory")] if p] + list(proc["environment_files"]) + list(
+            proc["read_write_paths"]
+        )
+        proc["template"] = f"{app}-{name}@.service"
+        proc["units"] = _instance_units(app, name, int(proc["instances"]))
+        proc["restart_backoff"] = backoff
+        proc["start_limit_interval"] = start_limit_interval(
+            int(proc["restart_sec"]),
+            int(proc["restart_steps"]),
+            int(proc["restart_max_delay"]),
+            int(proc["start_limit_burst"]),
+            backoff,
+        )
+        proc["restart_delays"] = [
+            round(d, 1)
+            for d in restart_delays(
+                int(proc["restart_sec"]),
+                int(proc["restart_steps"]),
+                int(proc["restart_max_delay"]),
+                int(proc["start_limit_burst"]),
+                backoff,
+            )
+        ]
+        planned.append(proc)
+    return planned

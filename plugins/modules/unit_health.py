@@ -1,0 +1,123 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: unit_health
+short_description: Read the state of systemd units and of the services grouped by a target
+version_added: 0.1.0
+author: sturdy.workers contributors
+description:
+  - Reads the host's systemd version, the services a target groups (its C(Wants=) and C(ConsistsOf=), that is,
+    enabled instances and instances that are C(PartOf=) it), and the state of those services and of O(units),
+    in three C(systemctl) calls.
+  - Never changes anything.
+options:
+  units:
+    description: Units to report on, besides the members of O(target).
+    type: list
+    elements: str
+    default: []
+  target:
+    description: A target whose member services are reported. A target systemd does not know has no members.
+    type: str
+  properties:
+    description: Properties to read for each unit, as named by C(systemctl show).
+    type: list
+    elements: str
+    default: [Id, LoadState, ActiveState, SubState, UnitFileState, Result, NRestarts, MainPID, InvocationID, NeedDaemonReload]
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+    description: Needs systemd as the service manager.
+requirements:
+  - systemd
+"""
+
+EXAMPLES = r"""
+- name: Read the app's instances
+  sturdy.workers.unit_health:
+    target: shop.target
+  register: shop_units
+
+- name: Show failed instances
+  ansible.builtin.debug:
+    msg: "{{ shop_units.units | dict2items | selectattr('value.ActiveState', '==', 'failed') | map(attribute='key') }}"
+"""
+
+RETURN = r"""
+systemd_version:
+  description: The major version of the host's systemd.
+  returned: always
+  type: int
+  sample: 257
+members:
+  description: Service units the target wants or that are part of it, sorted.
+  returned: always
+  type: list
+  elements: str
+  sample: [shop-worker@1.service, shop-worker@2.service]
+units:
+  description: For each requested unit and member, the requested properties as strings.
+  returned: always
+  type: dict
+  sample:
+    shop-worker@1.service:
+      Id: shop-worker@1.service
+      ActiveState: active
+      UnitFileState: enabled
+      NRestarts: "0"
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import SystemdQueryError, query
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "units": {"type": "list", "elements": "str", "default": []},
+            "target": {"type": "str"},
+            "properties": {
+                "type": "list",
+                "elements": "str",
+                "default": [
+                    "Id",
+                    "LoadState",
+                    "ActiveState",
+                    "SubState",
+                    "UnitFileState",
+                    "Result",
+                    "NRestarts",
+                    "MainPID",
+                    "InvocationID",
+                    "NeedDaemonReload",
+                ],
+            },
+        },
+        supports_check_mode=True,
+    )
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        module.fail_json(msg="systemctl not found: this host is not managed by systemd, which sturdy.workers needs")
+
+    def run(argv):
+        return module.run_command([systemctl, *argv[1:]], environ_update={"LC_ALL": "C", "SYSTEMD_COLORS": "0"})
+
+    try:
+        result = query(run, module.params["units"], module.params["target"], module.params["properties"])
+    except SystemdQueryError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
