@@ -6,6 +6,8 @@ SHELL := /bin/bash
 PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $$HOME/.pyenv)
 PYTHON313 ?= $(PYENV_ROOT)/versions/3.13.0/bin/python3.13
 VENV := $(CURDIR)/.venv
+# ansible-test --requirements pins its own linters; keep them out of the toolchain venv.
+SANITY_VENV := $(CURDIR)/.venv-sanity
 COLLECTION := $(CURDIR)/.build/ansible_collections/sturdy/workers
 SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
@@ -41,14 +43,31 @@ lint: venv
 	yamllint --strict .
 	ansible-lint --profile production
 	python tools/check_role_vars.py
+	python tools/role_variables.py --check
+	antsibull-changelog lint
 
 collection-copy:
 	rm -rf $(COLLECTION) && mkdir -p $(COLLECTION)
 	git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t $(COLLECTION)
+	# ansible-test lists a collection's files with git; the copy sits in an ignored folder, so give it its own.
+	cd $(COLLECTION) && git init -q && git add -A
+
+$(SANITY_VENV)/.installed: requirements.txt
+	test -x $(SANITY_VENV)/bin/python || $(PYTHON313) -m venv $(SANITY_VENV)
+	$(SANITY_VENV)/bin/pip install -q --disable-pip-version-check $$(grep '^ansible-core==' requirements.txt)
+	mkdir -p $$HOME/.ansible/test/cache
+	pipv=$$($(SANITY_VENV)/bin/python -c 'from ansible_test._internal.python_requirements import *; import re, inspect, ansible_test._internal.python_requirements as m; print(re.search(r"pip=.([0-9.]+).", inspect.getsource(m)).group(1))'); \
+	  cp tools/ansible-test-get-pip.py $$HOME/.ansible/test/cache/get_pip_$${pipv//./_}.py
+	touch $@
 
 ## sanity: ansible-test sanity on a copy under ansible_collections/sturdy/workers
-sanity: venv collection-copy
-	cd $(COLLECTION) && ansible-test sanity --venv --python 3.13 --requirements --color no
+sanity: $(SANITY_VENV)/.installed collection-copy
+	cd $(COLLECTION) && PATH=$(SANITY_VENV)/bin:$$PATH ansible-test sanity --python 3.13 --requirements --color no
+	# ansible-doc renders every module, filter and role
+	export ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.build; \
+	  for m in plugins/modules/*.py; do ansible-doc sturdy.workers.$$(basename $$m .py) >/dev/null; done; \
+	  for f in plugins/filter/*.py; do ansible-doc -t filter sturdy.workers.$$(basename $$f .py) >/dev/null; done; \
+	  for r in roles/*/; do ansible-doc -t role sturdy.workers.$$(basename $$r) >/dev/null; done
 
 ## unit: pytest for plugins and module_utils
 unit: venv collection-copy

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Build a Debian image that boots real systemd as PID 1, for the molecule test hosts.
 # Usage: testbed/build-image.sh <suite> <tag>     e.g. testbed/build-image.sh bookworm localhost/sturdy-systemd:12
 # The image carries the hash of this recipe as a label; `make images` rebuilds only when it changes.

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Build the test-host image for a Debian suite unless one built from the current recipe exists.
 # Usage: testbed/ensure-image.sh <suite> <tag>
 set -euo pipefail

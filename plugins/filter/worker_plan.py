@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 name: worker_plan
 short_description: Turn process-type declarations into the settings of their systemd units
 version_added: 0.1.0
-author: sturdy.workers contributors
+author: sturdy.workers contributors (@sturdy-workers)
 description:
   - Fills each declaration of O(_input) with the role defaults and derives what the unit template and the
     service tasks need, computed in one place.
@@ -31,15 +31,19 @@ options:
     type: dict
     required: true
   systemd_version:
-    description: The host's systemd version, as in C(ansible_facts['systemd']['version']).
+    description: The host's systemd version, as returned by M(sturdy.workers.unit_health).
     type: int
     required: true
 """
 
 EXAMPLES = r"""
+- name: Read the host's systemd version
+  sturdy.workers.unit_health:
+  register: host
+
 - name: Plan the units
   ansible.builtin.set_fact:
-    __plan: "{{ sturdy_processes | sturdy.workers.worker_plan(sturdy_app, defaults, ansible_facts['systemd']['version']) }}"
+    __plan: "{{ sturdy_processes | sturdy.workers.worker_plan(sturdy_app, defaults, host.systemd_version) }}"
 """
 
 RETURN = r"""

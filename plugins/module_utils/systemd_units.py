@@ -59,8 +59,10 @@ def exec_line(argv: list[str]) -> str:
     if not isinstance(argv, (list, tuple)) or not argv:
         raise UnitSpecError("a command must be a non-empty list of strings (argv), e.g. ['/usr/bin/python3', '-m', 'app']")
     if not isinstance(argv[0], str) or not argv[0].startswith("/"):
-        raise UnitSpecError(f"the executable {argv[0]!r} is not an absolute path: systemd runs units without a PATH or a "
-            "working directory to rely on; give the full path, e.g. /srv/<app>/current/venv/bin/celery")
+        raise UnitSpecError(
+            f"the executable {argv[0]!r} is not an absolute path: systemd runs units without a PATH or a "
+            "working directory to rely on; give the full path, e.g. /srv/<app>/current/venv/bin/celery"
+        )
     return " ".join(escape_exec_arg(a) for a in argv)
 
 

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: unit_health
 short_description: Read the state of systemd units and of the services grouped by a target
 version_added: 0.1.0
-author: sturdy.workers contributors
+author: sturdy.workers contributors (@sturdy-workers)
 description:
   - Reads the host's systemd version, the services a target groups (its C(Wants=) and C(ConsistsOf=), that is,
     enabled instances and instances that are C(PartOf=) it), and the state of those services and of O(units),
@@ -34,7 +34,9 @@ attributes:
     description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Changes nothing, so there is nothing to show.
   platform:
+    support: full
     platforms: posix
     description: Needs systemd as the service manager.
 requirements:

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Stand-in worker: records how it was started, consumes nothing, and shuts down gracefully.
 
 On SIGTERM it takes a moment to "finish the running task" and exits 0, as Celery's warm shutdown does.

@@ -27,7 +27,7 @@ def pytest_generate_tests(metafunc):
 
 def declaration() -> dict:
     """The variables converge.yml applies (a fresh copy each call)."""
-    return yaml.safe_load((SCENARIO_DIR / "vars.yml").read_text())
+    return yaml.safe_load((SCENARIO_DIR / "vars" / "main.yml").read_text())
 
 
 def process(decl: dict, name: str) -> dict:

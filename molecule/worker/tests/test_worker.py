@@ -1,6 +1,6 @@
 """sturdy.workers.worker on real systemd 252 (bookworm) and 257 (trixie).
 
-The scenario's declaration is molecule/worker/vars.yml. Expected numbers are worked out by hand
+The scenario's declaration is molecule/worker/vars/main.yml. Expected numbers are worked out by hand
 below, not by calling the collection's own code.
 """
 

@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_units import (
+    UnitSpecError,
+    environment_line,
+    exec_line,
+    plan_processes,
+    restart_delays,
+    start_limit_interval,
+)
+
+DEFAULTS = {
+    "instances": 1,
+    "user": "shop",
+    "group": "shop",
+    "working_directory": None,
+    "environment": {},
+    "environment_files": [],
+    "read_write_paths": [],
+    "restart": "on-failure",
+    "restart_sec": 5,
+    "restart_steps": 5,
+    "restart_max_delay": 300,
+    "start_limit_burst": 5,
+    "stop_timeout": 90,
+    "max_task_runtime": None,
+    "description": "",
+    "stop_margin": 30,
+}
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["/usr/bin/python3", "-m", "shop"], "/usr/bin/python3 -m shop"),
+        (["/bin/celery", "worker", "-n", "w@%h"], "/bin/celery worker -n w@%%h"),
+        (["/bin/x", "$HOME", "${SECRET}"], "/bin/x $$HOME $${SECRET}"),
+        (["/bin/x", "default mail"], '/bin/x "default mail"'),
+        (["/bin/x", 'say "hi"'], '/bin/x "say \\"hi\\""'),
+        (["/bin/x", "back\\slash"], '/bin/x "back\\\\slash"'),
+        (["/bin/x", ""], '/bin/x ""'),
+        (["/bin/x", ";"], "/bin/x \\;"),
+        (["/bin/x", "a\nb"], '/bin/x "a\\nb"'),
+    ],
+)
+def test_exec_line_passes_arguments_verbatim(argv, line):
+    assert exec_line(argv) == line
+
+
+@pytest.mark.parametrize("argv", [[], ["bin/celery"], ["celery", "worker"], "/bin/x", [3]])
+def test_exec_line_refuses_what_systemd_cannot_run(argv):
+    with pytest.raises(UnitSpecError):
+        exec_line(argv)
+
+
+def test_relative_executable_error_says_how_to_fix():
+    with pytest.raises(UnitSpecError, match="not an absolute path.*give the full path"):
+        exec_line(["venv/bin/celery"])
+
+
+def test_environment_line_quotes_every_assignment():
+    assert environment_line({"A": "1", "GREETING": '50% "off"', "FLAG": True, "EMPTY": None}) == (
+        '"A=1" "GREETING=50%% \\"off\\"" "FLAG=true" "EMPTY="'
+    )
+
+
+@pytest.mark.parametrize("name", ["1A", "A-B", "A B", ""])
+def test_environment_line_refuses_bad_names(name):
+    with pytest.raises(UnitSpecError, match="not a valid environment variable name"):
+        environment_line({name: "x"})
+
+
+def test_restart_delays_follow_systemds_geometric_steps():
+    # systemd.service(5): RestartSec=10s RestartMaxDelaySec=160s RestartSteps=4 -> 10, 20, 40, 80, 160, 160
+    assert restart_delays(10, 4, 160, 6, backoff=True) == [10.0, 20.0, 40.0, 80.0, 160.0, 160.0]
+
+
+def test_restart_delays_are_constant_without_backoff():
+    assert restart_delays(5, 5, 300, 3, backoff=False) == [5.0, 5.0, 5.0]
+
+
+@pytest.mark.parametrize(("steps", "max_delay"), [(0, 300), (5, 5), (5, 3)])
+def test_restart_delays_degenerate_settings_mean_constant_delay(steps, max_delay):
+    assert restart_delays(5, steps, max_delay, 3, backoff=True) == [5.0, 5.0, 5.0]
+
+
+def test_start_limit_with_default_10s_window_would_never_trigger():
+    # The trap: RestartSec=5s with systemd's 10s/5 lets only 2-3 starts per window.
+    interval = start_limit_interval(5, 0, 5, 5, backoff=False)
+    assert interval > 5 * 5
+    assert interval == 25 + 5 * 2
+
+
+def test_start_limit_covers_the_backoff_delays():
+    # 1, 1.587, 2.520, 4 -> 9.107 + 4 * 2 = 17.1 -> 18
+    assert start_limit_interval(1, 3, 4, 4, backoff=True) == 18
+    assert start_limit_interval(1, 3, 4, 4, backoff=False) == 12
+
+
+def _plan(processes, version=257):
+    return plan_processes("shop", processes, DEFAULTS, version)
+
+
+def test_plan_fills_defaults_and_names_units():
+    (worker,) = _plan([{"name": "worker", "command": ["/bin/w"], "instances": 2}])
+    assert worker["template"] == "shop-worker@.service"
+    assert worker["units"] == ["shop-worker@1.service", "shop-worker@2.service"]
+    assert worker["user"] == "shop" and worker["stop_timeout"] == 90
+    assert worker["exec_start"] == "/bin/w"
+    assert "stop_margin" not in worker
+
+
+def test_plan_zero_instances_has_no_units():
+    (worker,) = _plan([{"name": "worker", "command": ["/bin/w"], "instances": 0}])
+    assert worker["units"] == []
+
+
+def test_plan_raises_undeclared_stop_timeout_to_cover_tasks():
+    (worker,) = _plan([{"name": "worker", "command": ["/bin/w"], "max_task_runtime": 300}])
+    assert worker["stop_timeout"] == 330
+    assert worker["stop_timeout_min"] == 330
+
+
+def test_plan_keeps_a_declared_stop_timeout_for_preflight_to_judge():
+    (worker,) = _plan([{"name": "worker", "command": ["/bin/w"], "max_task_runtime": 300, "stop_timeout": 60}])
+    assert worker["stop_timeout"] == 60
+    assert worker["stop_timeout_min"] == 330
+
+
+def test_plan_backoff_depends_on_systemd_version():
+    (new,) = _plan([{"name": "w", "command": ["/bin/w"]}], version=254)
+    (old,) = _plan([{"name": "w", "command": ["/bin/w"]}], version=253)
+    assert new["restart_backoff"] and not old["restart_backoff"]
+    assert new["start_limit_interval"] > old["start_limit_interval"]
+
+
+def test_plan_none_values_fall_back_to_defaults():
+    (worker,) = _plan([{"name": "w", "command": ["/bin/w"], "user": None, "restart_sec": None}])
+    assert worker["user"] == "shop" and worker["restart_sec"] == 5
+
+
+def test_plan_errors_name_the_process_and_option():
+    with pytest.raises(UnitSpecError, match=r"sturdy_processes\[w\]\.command"):
+        _plan([{"name": "w", "command": ["w"]}])
+    with pytest.raises(UnitSpecError, match=r"sturdy_processes\[w\]\.environment"):
+        _plan([{"name": "w", "command": ["/bin/w"], "environment": {"BAD NAME": "x"}}])
+
+
+def test_plan_collects_paths_for_the_absolute_path_check():
+    (worker,) = _plan(
+        [
+            {
+                "name": "w",
+                "command": ["/bin/w"],
+                "working_directory": "/srv/shop",
+                "environment_files": ["/etc/shop/shop.env"],
+                "read_write_paths": ["data"],
+            }
+        ]
+    )
+    assert worker["paths"] == ["/srv/shop", "/etc/shop/shop.env", "data"]
