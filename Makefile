@@ -14,6 +14,9 @@ SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule
 export PATH := $(VENV)/bin:$(PATH)
 export CONTAINERS_CONF := $(CURDIR)/testbed/containers.conf
 export ANSIBLE_INJECT_FACT_VARS := false
+# Plain logs: CI reads them as text.
+export NO_COLOR := 1
+export ANSIBLE_NOCOLOR := 1
 
 .PHONY: test lint sanity unit molecule host-packages venv images collection-copy clean
 

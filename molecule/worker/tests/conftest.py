@@ -25,6 +25,14 @@ def pytest_generate_tests(metafunc):
         metafunc.module.testinfra_hosts = [f"podman://{h}" for h in hosts]
 
 
+def pytest_itemcollected(item):
+    # One xdist worker per test host (--dist loadgroup): tests on one host run in order, the hosts
+    # side by side. Marked as each item is collected, before xdist reads the groups.
+    spec = getattr(item, "callspec", None)
+    if spec and "_testinfra_host" in spec.params:
+        item.add_marker(pytest.mark.xdist_group(spec.params["_testinfra_host"].backend.get_hostname()))
+
+
 def declaration() -> dict:
     """The variables converge.yml applies (a fresh copy each call)."""
     return yaml.safe_load((SCENARIO_DIR / "vars" / "main.yml").read_text())
@@ -55,7 +63,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.2):
 def snapshot(host) -> str:
     """What the role may change: unit files (names, modes, links, contents) and the accounts."""
     return host.check_output(
-        "cd /etc/systemd/system && find . -printf '%%p %%y %%m %%l\\n' | sort"
+        "cd /etc/systemd/system && find . -printf '%p %y %m %l\\n' | sort"
         " && find . -type f -exec md5sum {} + | sort && getent passwd && getent group"
     )
 
