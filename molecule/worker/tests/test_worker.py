@@ -255,7 +255,7 @@ NEGATIVE = {
     ),
     "unknown option": (
         {"sturdy_processes": _with("worker", instance=2)},
-        "instance",
+        "sturdy_processes.instance. Supported parameters include: command,",
     ),
     "negative instance count": (
         {"sturdy_processes": _with("worker", instances=-1)},
@@ -263,7 +263,7 @@ NEGATIVE = {
     ),
     "instance count that is not a number": (
         {"sturdy_processes": _with("worker", instances="three")},
-        "instances",
+        "argument 'instances' is of type str found in 'sturdy_processes'",
     ),
     "bad application name": (
         {"sturdy_app": "Demo App"},
