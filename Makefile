@@ -18,7 +18,7 @@ export ANSIBLE_INJECT_FACT_VARS := false
 export NO_COLOR := 1
 export ANSIBLE_NOCOLOR := 1
 
-.PHONY: test lint sanity unit molecule host-packages venv images collection-copy clean
+.PHONY: test lint sanity unit molecule bench host-packages venv images collection-copy clean
 
 ## test: everything CI runs (lint, sanity, unit tests, every molecule scenario on bookworm and trixie)
 test: lint sanity unit molecule
@@ -79,6 +79,10 @@ unit: venv collection-copy
 ## molecule: every scenario, both platforms
 molecule: venv images
 	for s in $(SCENARIOS); do molecule -c .config/molecule/config.yml test -s $$s; done
+
+## bench: deploy-path timings on the test hosts, printed as ratios from one run (not part of test)
+bench: venv images
+	python tools/bench.py
 
 clean:
 	rm -rf .build

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
+import time
 from typing import Callable
 
 # (rc, stdout, stderr) = run(argv)
@@ -21,6 +24,18 @@ DEFAULT_PROPERTIES = (
     "MainPID",
     "InvocationID",
     "NeedDaemonReload",
+)
+
+# What outdated-ness needs besides the caller's properties.
+STALENESS_PROPERTIES = ("ActiveState", "MainPID", "ExecMainStartTimestampMonotonic", "FragmentPath", "DropInPaths", "EnvironmentFiles")
+
+# Where unit files live, highest precedence first (systemd.unit(5), system units).
+UNIT_DIRS = (
+    "/etc/systemd/system",
+    "/run/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/lib/systemd/system",
 )
 
 _VERSION_RE = re.compile(r"^systemd (\d+)")
@@ -61,8 +76,75 @@ def parse_members(text: str) -> list[str]:
     return sorted({word for word in text.split() if word.endswith(".service")})
 
 
-def query(run: Runner, units: list[str], target: str | None, properties=DEFAULT_PROPERTIES) -> dict:
-    """systemd version, the target's member services, and properties of the members and `units`."""
+def definition_paths(props: dict[str, str]) -> list[str]:
+    """Files a unit's running definition came from: the unit file, drop-ins and environment files."""
+    paths = [props.get("FragmentPath", "")]
+    paths += props.get("DropInPaths", "").split()
+    # EnvironmentFiles=/etc/shop/shop.env (ignore_errors=no)
+    paths += re.findall(r"(/\S+) \(ignore_errors=\w+\)", props.get("EnvironmentFiles", ""))
+    return [p for p in paths if p]
+
+
+def is_outdated(props: dict[str, str], mtime: Callable[[str], float | None], monotonic_offset: float) -> bool:
+    """True when a running main process started before its unit, a drop-in or an environment file changed.
+
+    Such a process runs an older definition than the one on disk; a restart picks up the new one.
+    `monotonic_offset` is realtime minus monotonic now, to put file mtimes on systemd's monotonic clock.
+    """
+    if props.get("ActiveState") != "active" or props.get("MainPID", "0") in ("", "0"):
+        return False
+    started = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
+    if not started:
+        return False
+    changed = [m for m in (mtime(p) for p in definition_paths(props)) if m is not None]
+    return bool(changed) and max(changed) - monotonic_offset > started
+
+
+def find_unit_files(patterns: list[str], marker: str | None, unit_dirs=UNIT_DIRS) -> dict[str, dict]:
+    """Unit files whose names match `patterns`, the one systemd would use, and whether it carries `marker`.
+
+    The marker is a whole line the collection writes into its units, so a file without it was written
+    by someone else (the OS, an administrator, another app).
+    """
+    found: dict[str, dict] = {}
+    for directory in unit_dirs:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            if name in found or not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                continue
+            path = os.path.join(directory, name)
+            entry = {"path": path, "marker": False}
+            if marker:
+                try:
+                    with open(path, encoding="utf-8", errors="replace") as fh:
+                        entry["marker"] = any(line.rstrip("\n") == marker for line in fh)
+                except OSError:
+                    pass
+            found[name] = entry
+    return found
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def query(
+    run: Runner,
+    units: list[str],
+    target: str | None,
+    properties=DEFAULT_PROPERTIES,
+    mtime: Callable[[str], float | None] = _mtime,
+) -> dict:
+    """systemd version, the target's member services, and properties of the members and `units`.
+
+    Each unit also gets ``Outdated`` (see is_outdated).
+    """
     rc, out, err = run(["systemctl", "--version"])
     if rc != 0:
         raise SystemdQueryError(f"systemctl --version failed (rc {rc}): {err.strip()}")
@@ -74,7 +156,8 @@ def query(run: Runner, units: list[str], target: str | None, properties=DEFAULT_
         result["members"] = parse_members(out)
     names = list(dict.fromkeys(list(units) + result["members"]))
     if names:
-        props = list(dict.fromkeys(["Id", *properties]))
+        props = list(dict.fromkeys(["Id", *properties, *STALENESS_PROPERTIES]))
+        offset = time.time() - time.monotonic()
         rc, out, err = run(["systemctl", "show", "--property=" + ",".join(props), "--", *names])
         if rc != 0:
             raise SystemdQueryError(f"systemctl show failed (rc {rc}): {err.strip()}")
@@ -83,4 +166,6 @@ def query(run: Runner, units: list[str], target: str | None, properties=DEFAULT_
             raise SystemdQueryError(f"systemctl show returned {len(blocks)} units for {len(names)} requested")
         # systemctl prints units in the order asked; Id may differ for aliases, so key by the request.
         result["units"] = dict(zip(names, blocks))
+        for unit_props in result["units"].values():
+            unit_props["Outdated"] = is_outdated(unit_props, mtime, offset)
     return result

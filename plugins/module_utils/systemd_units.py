@@ -154,18 +154,26 @@ def plan_processes(
         if runtime is not None and declared.get("stop_timeout") is None:
             proc["stop_timeout"] = max(int(proc["stop_timeout"]), int(runtime) + margin)
         proc["stop_timeout_min"] = None if runtime is None else int(runtime) + margin
-        proc["paths"] = [p for p in [proc.get("working_directory")] if p] + list(proc["environment_files"]) + list(
-            proc["read_write_paths"]
+        proc["paths"] = (
+            [proc["command"][0]]
+            + [p for p in [proc.get("working_directory")] if p]
+            + list(proc["environment_files"])
+            + list(proc["read_write_paths"])
         )
+        proc["directories"] = [p for p in [proc.get("working_directory")] if p] + list(proc["read_write_paths"])
+        proc["description"] = (proc.get("description") or f"{app} {name}").replace("%", "%%").replace("\n", " ")
         proc["template"] = f"{app}-{name}@.service"
         proc["units"] = _instance_units(app, name, int(proc["instances"]))
-        proc["restart_backoff"] = backoff
+        # RestartSteps=0 or a maximum not above RestartSec means a constant delay on any systemd.
+        proc["restart_backoff"] = (
+            backoff and int(proc["restart_steps"]) > 0 and int(proc["restart_max_delay"]) > int(proc["restart_sec"])
+        )
         proc["start_limit_interval"] = start_limit_interval(
             int(proc["restart_sec"]),
             int(proc["restart_steps"]),
             int(proc["restart_max_delay"]),
             int(proc["start_limit_burst"]),
-            backoff,
+            proc["restart_backoff"],
         )
         proc["restart_delays"] = [
             round(d, 1)
@@ -174,7 +182,7 @@ def plan_processes(
                 int(proc["restart_steps"]),
                 int(proc["restart_max_delay"]),
                 int(proc["start_limit_burst"]),
-                backoff,
+                proc["restart_backoff"],
             )
         ]
         planned.append(proc)

@@ -13,6 +13,9 @@ description:
   - Reads the host's systemd version, the services a target groups (its C(Wants=) and C(ConsistsOf=), that is,
     enabled instances and instances that are C(PartOf=) it), and the state of those services and of O(units),
     in three C(systemctl) calls.
+  - Tells for each running unit whether it runs an older definition than the one on disk (C(Outdated)).
+  - Optionally finds unit files by name pattern and tells whether each carries a marker line, so a caller can
+    refuse to overwrite units it did not write.
   - Never changes anything.
 options:
   units:
@@ -23,8 +26,21 @@ options:
   target:
     description: A target whose member services are reported. A target systemd does not know has no members.
     type: str
+  unit_files:
+    description:
+      - Shell-style patterns of unit file names to look up in the system unit directories (C(/etc/systemd/system)
+        first, then C(/run), C(/usr/local/lib), C(/usr/lib), C(/lib)).
+    type: list
+    elements: str
+    default: []
+  marker:
+    description: A whole line whose presence in a unit file found through O(unit_files) is reported.
+    type: str
   properties:
-    description: Properties to read for each unit, as named by C(systemctl show).
+    description:
+      - Properties to read for each unit, as named by C(systemctl show).
+      - C(ActiveState), C(MainPID), C(ExecMainStartTimestampMonotonic), C(FragmentPath), C(DropInPaths) and
+        C(EnvironmentFiles) are always read as well; they decide C(Outdated).
     type: list
     elements: str
     default: [Id, LoadState, ActiveState, SubState, UnitFileState, Result, NRestarts, MainPID, InvocationID, NeedDaemonReload]
@@ -67,7 +83,10 @@ members:
   elements: str
   sample: [shop-worker@1.service, shop-worker@2.service]
 units:
-  description: For each requested unit and member, the requested properties as strings.
+  description:
+    - For each requested unit and member, the properties as strings, plus C(Outdated).
+    - C(Outdated) is true when the unit is running and its main process started before its unit file, a drop-in or
+      one of its environment files last changed; a restart picks up the new definition.
   returned: always
   type: dict
   sample:
@@ -76,11 +95,20 @@ units:
       ActiveState: active
       UnitFileState: enabled
       NRestarts: "0"
+      Outdated: false
+unit_files:
+  description: Unit files matching O(unit_files), the one systemd uses for each name, and whether it has O(marker).
+  returned: always
+  type: dict
+  sample:
+    shop-worker@.service:
+      path: /etc/systemd/system/shop-worker@.service
+      marker: true
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import SystemdQueryError, query
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import SystemdQueryError, find_unit_files, query
 
 
 def main():
@@ -88,6 +116,8 @@ def main():
         argument_spec={
             "units": {"type": "list", "elements": "str", "default": []},
             "target": {"type": "str"},
+            "unit_files": {"type": "list", "elements": "str", "default": []},
+            "marker": {"type": "str"},
             "properties": {
                 "type": "list",
                 "elements": "str",
@@ -118,6 +148,7 @@ def main():
         result = query(run, module.params["units"], module.params["target"], module.params["properties"])
     except SystemdQueryError as exc:
         module.fail_json(msg=str(exc))
+    result["unit_files"] = find_unit_files(module.params["unit_files"], module.params["marker"])
     module.exit_json(changed=False, **result)
 
 

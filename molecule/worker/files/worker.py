@@ -33,12 +33,16 @@ record = {
     "argv": sys.argv,
     "cwd": os.getcwd(),
     "pid": os.getpid(),
-    "writable": {d: writable(d) for d in (state_dir, "/tmp", "/opt/sturdy-test", "/etc", "/usr")},
+    # /opt/sturdy-test/data is world-writable on the host: only ProtectSystem=strict makes it read-only here.
+    "writable": {d: writable(d) for d in (state_dir, "/tmp", "/opt/sturdy-test/data")},
     "env": {k: v for k, v in os.environ.items() if k.startswith(("STURDY_", "WORKER_"))},
 }
 name = f"{os.environ.get('STURDY_PROCESS', 'proc')}-{os.environ.get('STURDY_INSTANCE', '0')}.json"
 with open(os.path.join(state_dir, name), "w", encoding="utf-8") as fh:
     json.dump(record, fh)
+# With PrivateTmp= this file never shows in the host's /tmp.
+with open(f"/tmp/sturdy-{name}", "w", encoding="utf-8") as fh:
+    fh.write("private")
 while not stopping:
     time.sleep(0.1)
 time.sleep(1)

@@ -61,10 +61,13 @@ def wait_for(predicate, timeout: float, interval: float = 0.2):
 
 
 def snapshot(host) -> str:
-    """What the role may change: unit files (names, modes, links, contents) and the accounts."""
+    """What the role may change: unit files (names, modes, links, contents), accounts, and the app's
+    units (state, enablement, and the InvocationID that changes on every start)."""
     return host.check_output(
         "cd /etc/systemd/system && find . -printf '%p %y %m %l\\n' | sort"
         " && find . -type f -exec md5sum {} + | sort && getent passwd && getent group"
+        " && systemctl list-units --all --plain --no-legend 'demo*'"
+        " && systemctl show --property=Id,InvocationID,UnitFileState 'demo*'"
     )
 
 

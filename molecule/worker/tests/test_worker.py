@@ -90,7 +90,8 @@ def test_unit_files_are_managed_and_verify_clean(host):
     for unit in ("demo-worker@.service", "demo-scaler@.service", "demo-crasher@.service", "demo.target"):
         f = host.file(f"/etc/systemd/system/{unit}")
         assert f.user == "root" and f.group == "root" and f.mode == 0o644
-        assert f.content_string.startswith("#"), "ansible_managed header missing"
+        assert f.content_string.startswith("#\n# Ansible managed"), "ansible_managed header missing"
+        assert "\n# sturdy.workers: app=demo\n" in f.content_string, "ownership marker missing"
     for unit in ("demo-worker@1.service", "demo-scaler@1.service", "demo-crasher@1.service", "demo.target"):
         result = host.run("systemd-analyze verify %s", unit)
         # verify exits 0 on unknown keys and bad values; they only show on stderr
@@ -116,13 +117,27 @@ def test_process_runs_as_declared_and_sandboxed(host):
         "STURDY_BUILD_ID": "test-1",
         "WORKER_GREETING": '50% "off"',
     }
-    # ProtectSystem=strict + StateDirectory= + PrivateTmp=: only the state dir and /tmp are writable
-    assert record["writable"] == {
-        "/var/lib/demo": True,
-        "/tmp": True,
-        "/opt/sturdy-test": False,
-        "/etc": False,
-        "/usr": False,
+    # ProtectSystem=strict: a world-writable directory outside the writable paths is read-only in the unit
+    assert record["writable"] == {"/var/lib/demo": True, "/tmp": True, "/opt/sturdy-test/data": False}
+    assert host.run("runuser -u demo -- touch /opt/sturdy-test/data/outside-the-sandbox").rc == 0
+    # PrivateTmp=: what the process wrote to /tmp is not in the host's /tmp
+    assert not host.file("/tmp/sturdy-worker-1.json").exists
+    assert show(
+        host,
+        "demo-worker@1.service",
+        "ProtectSystem",
+        "ProtectHome",
+        "PrivateTmp",
+        "NoNewPrivileges",
+        "CapabilityBoundingSet",
+        "StateDirectory",
+    ) == {
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "NoNewPrivileges": "yes",
+        "CapabilityBoundingSet": "",
+        "StateDirectory": "demo",
     }
     assert host.user("demo").shell == "/usr/sbin/nologin"
     assert host.user("demo").uid < 1000
@@ -184,7 +199,7 @@ def test_fast_failing_unit_gives_up_within_the_computed_bound(host):
 
 
 def test_shrinking_instances_stops_and_disables_the_rest(host, restore):
-    workers_before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS}
+    workers_before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS + SCALERS[:1]}
     decl = declaration()
     process(decl, "scaler")["instances"] = 1
     result = run_role(host, sturdy_processes=decl["sturdy_processes"])
@@ -195,7 +210,8 @@ def test_shrinking_instances_stops_and_disables_the_rest(host, restore):
     for unit in SCALERS[1:]:
         assert not host.service(unit).is_running, unit
         assert not host.service(unit).is_enabled, unit
-    assert {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS} == workers_before
+    # neither the kept instance nor another process type was restarted
+    assert {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS + SCALERS[:1]} == workers_before
 
 
 def test_changed_unit_restarts_instances_one_at_a_time(host, restore):
@@ -206,22 +222,24 @@ def test_changed_unit_restarts_instances_one_at_a_time(host, restore):
     assert result.returncode == 0, result.stdout[-3000:]
 
     stamps = {
-        u: show(host, u, "InvocationID", "ExecMainStartTimestampMonotonic", "NeedDaemonReload")
+        u: show(
+            host, u, "InvocationID", "ExecMainStartTimestampMonotonic", "ActiveExitTimestampMonotonic", "NeedDaemonReload"
+        )
         for u in WORKERS + SCALERS
     }
     assert all(stamps[u]["InvocationID"] != before[u] for u in WORKERS)
     assert all(stamps[u]["InvocationID"] == before[u] for u in SCALERS), "an unchanged unit was restarted"
     assert all(s["NeedDaemonReload"] == "no" for s in stamps.values())
-    # Rolling: each instance started again before the next one was stopped. The stand-in worker takes
-    # a second to shut down, so a parallel restart would show overlapping windows here.
-    starts = [int(stamps[u]["ExecMainStartTimestampMonotonic"]) for u in WORKERS]
-    assert starts == sorted(starts)
-    assert all(later - earlier >= 1_000_000 for earlier, later in zip(starts, starts[1:])), starts
+    # Rolling: each instance began to stop only after the previous one had started again.
+    for earlier, later in zip(WORKERS, WORKERS[1:]):
+        started = int(stamps[earlier]["ExecMainStartTimestampMonotonic"])
+        stopping = int(stamps[later]["ActiveExitTimestampMonotonic"])
+        assert stopping >= started, f"{later} stopped before {earlier} was back"
     record = json.loads(host.file("/var/lib/demo/worker-3.json").content_string)
     assert record["env"]["WORKER_GREETING"] == "changed"
 
 
-def test_restarts_can_be_left_to_the_caller(host, restore):
+def test_restarts_left_to_the_caller_are_finished_by_the_next_run(host):
     before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS}
     decl = declaration()
     process(decl, "worker")["environment"]["WORKER_GREETING"] = "left to the caller"
@@ -232,6 +250,34 @@ def test_restarts_can_be_left_to_the_caller(host, restore):
     assert "left to the caller" in host.file("/etc/systemd/system/demo-worker@.service").content_string
     pending = json.loads(re.search(r"pending restarts: (\[.*\])", result.stdout).group(1))
     assert pending == WORKERS
+
+    # Nobody restarted them. The next run, with nothing to write, still sees instances running an older
+    # definition than the unit on disk and restarts them.
+    result = run_role(host, sturdy_processes=decl["sturdy_processes"])
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "changed=0" not in result.stdout
+    after = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS}
+    assert all(after[u] != before[u] for u in WORKERS)
+    assert json.loads(host.file("/var/lib/demo/worker-1.json").content_string)["env"]["WORKER_GREETING"] == (
+        "left to the caller"
+    )
+    result = run_role(host)  # back to the scenario's declaration
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_a_unit_the_role_did_not_write_is_never_replaced(host):
+    host.run_test("printf '[Service]\\nExecStart=/usr/bin/true\\n' > /etc/systemd/system/demo-handmade@.service")
+    try:
+        before = snapshot(host)
+        decl = declaration()
+        decl["sturdy_processes"].append({"name": "handmade", "command": ["/usr/bin/sleep", "1000"]})
+        result = run_role(host, sturdy_processes=decl["sturdy_processes"])
+        output = " ".join((result.stdout + result.stderr).split())
+        assert result.returncode != 0
+        assert "demo-handmade@.service already exists at /etc/systemd/system/demo-handmade@.service" in output
+        assert snapshot(host) == before
+    finally:
+        host.run("rm -f /etc/systemd/system/demo-handmade@.service")
 
 
 def _with(name: str, **changes) -> list[dict]:
@@ -265,9 +311,21 @@ NEGATIVE = {
         {"sturdy_processes": _with("worker", instances="three")},
         "argument 'instances' is of type str found in 'sturdy_processes'",
     ),
+    "command under /home, hidden by ProtectHome": (
+        {"sturdy_processes": _with("worker", command=["/home/demo/bin/worker"])},
+        'sturdy_processes[worker] uses "/home/demo/bin/worker"',
+    ),
+    "process type declared twice": (
+        {"sturdy_processes": declaration()["sturdy_processes"] + [{"name": "worker", "command": ["/usr/bin/true"]}]},
+        'sturdy_processes[].name="worker"',
+    ),
     "bad application name": (
         {"sturdy_app": "Demo App"},
         'sturdy_app="Demo App" cannot name units',
+    ),
+    "build ID with a quote": (
+        {"sturdy_build_id": 'v1"; rm -rf /'},
+        'sturdy_build_id="v1\\"; rm -rf /" cannot go into a unit file',
     ),
 }
 

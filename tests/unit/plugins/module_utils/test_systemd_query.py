@@ -4,6 +4,9 @@ import pytest
 
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import (
     SystemdQueryError,
+    definition_paths,
+    find_unit_files,
+    is_outdated,
     parse_members,
     parse_show,
     parse_version,
@@ -57,7 +60,7 @@ class FakeSystemctl:
     def __call__(self, argv):
         self.calls.append(argv)
         for prefix, response in self.responses:
-            if argv[: len(prefix)] == prefix:
+            if all(a.startswith(p) for a, p in zip(argv, prefix)) and len(argv) >= len(prefix):
                 return response
         raise AssertionError(f"unexpected call {argv}")
 
@@ -70,7 +73,7 @@ def test_query_reads_version_members_and_their_state():
             (["systemctl", "show", "--property=Id,ActiveState,UnitFileState"], (0, SHOW_TWO, "")),
         ]
     )
-    result = query(run, [], "shop.target", ["ActiveState", "UnitFileState"])
+    result = query(run, [], "shop.target", ["ActiveState", "UnitFileState"], mtime=lambda path: None)
     assert result["systemd_version"] == 252
     assert result["members"] == ["shop-worker@1.service", "shop-worker@2.service"]
     assert result["units"]["shop-worker@2.service"]["ActiveState"] == "failed"
@@ -98,3 +101,61 @@ def test_query_refuses_mismatched_output():
     )
     with pytest.raises(SystemdQueryError, match="returned 1 units for 2"):
         query(run, ["a.service", "b.service"], None)
+
+
+RUNNING = {
+    "ActiveState": "active",
+    "MainPID": "812",
+    "ExecMainStartTimestampMonotonic": "100000000",  # 100 s after boot
+    "FragmentPath": "/etc/systemd/system/shop-worker@.service",
+    "DropInPaths": "/etc/systemd/system/shop-worker@.service.d/10-x.conf",
+    "EnvironmentFiles": "/etc/shop/shop.env (ignore_errors=no) /etc/shop/extra.env (ignore_errors=yes)",
+}
+
+
+def test_definition_paths_include_drop_ins_and_environment_files():
+    assert definition_paths(RUNNING) == [
+        "/etc/systemd/system/shop-worker@.service",
+        "/etc/systemd/system/shop-worker@.service.d/10-x.conf",
+        "/etc/shop/shop.env",
+        "/etc/shop/extra.env",
+    ]
+
+
+def test_a_process_started_after_every_change_is_current():
+    # offset 1000: realtime = monotonic + 1000; every file changed at monotonic 50..90
+    mtimes = {p: 1050.0 + i * 10 for i, p in enumerate(definition_paths(RUNNING))}
+    assert not is_outdated(RUNNING, mtimes.get, monotonic_offset=1000.0)
+
+
+def test_a_changed_environment_file_makes_the_process_outdated():
+    mtimes = dict.fromkeys(definition_paths(RUNNING), 1050.0)
+    mtimes["/etc/shop/shop.env"] = 1100.5  # monotonic 100.5, after the start at 100
+    assert is_outdated(RUNNING, mtimes.get, monotonic_offset=1000.0)
+
+
+@pytest.mark.parametrize("change", [{"ActiveState": "failed"}, {"MainPID": "0"}, {"ExecMainStartTimestampMonotonic": "0"}])
+def test_only_a_running_process_can_be_outdated(change):
+    props = dict(RUNNING, **change)
+    assert not is_outdated(props, lambda path: 99999.0, monotonic_offset=0.0)
+
+
+def test_find_unit_files_takes_the_first_directory_and_reads_the_marker(tmp_path):
+    etc, lib = tmp_path / "etc", tmp_path / "lib"
+    etc.mkdir()
+    lib.mkdir()
+    (etc / "shop-worker@.service").write_text("#\n# sturdy.workers: app=shop\n[Unit]\n")
+    (lib / "shop-worker@.service").write_text("[Unit]\n")
+    (etc / "shop-api-worker@.service").write_text("# sturdy.workers: app=shop-api\n")
+    (lib / "shop.target").write_text("[Unit]\n")
+    (lib / "other.service").write_text("[Unit]\n")
+    found = find_unit_files(["shop-*@.service", "shop.target"], "# sturdy.workers: app=shop", (str(etc), str(lib)))
+    assert found == {
+        "shop-worker@.service": {"path": str(etc / "shop-worker@.service"), "marker": True},
+        "shop-api-worker@.service": {"path": str(etc / "shop-api-worker@.service"), "marker": False},
+        "shop.target": {"path": str(lib / "shop.target"), "marker": False},
+    }
+
+
+def test_find_unit_files_skips_missing_directories(tmp_path):
+    assert find_unit_files(["*.service"], None, (str(tmp_path / "nope"),)) == {}

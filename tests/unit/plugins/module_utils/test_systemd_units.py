@@ -160,4 +160,25 @@ def test_plan_collects_paths_for_the_absolute_path_check():
             }
         ]
     )
-    assert worker["paths"] == ["/srv/shop", "/etc/shop/shop.env", "data"]
+    assert worker["paths"] == ["/bin/w", "/srv/shop", "/etc/shop/shop.env", "data"]
+
+
+def test_plan_without_steps_or_room_to_grow_has_no_backoff():
+    (no_steps,) = _plan([{"name": "w", "command": ["/bin/w"], "restart_steps": 0}])
+    (no_room,) = _plan([{"name": "w", "command": ["/bin/w"], "restart_sec": 300, "restart_max_delay": 300}])
+    assert not no_steps["restart_backoff"] and not no_room["restart_backoff"]
+    assert no_steps["restart_delays"] == [5.0] * 5
+
+
+def test_plan_escapes_the_description():
+    (worker,) = _plan([{"name": "w", "command": ["/bin/w"], "description": "50% of\nthe load"}])
+    assert worker["description"] == "50%% of the load"
+    (default,) = _plan([{"name": "w", "command": ["/bin/w"]}])
+    assert default["description"] == "shop w"
+
+
+def test_plan_lists_directories_that_must_exist():
+    (worker,) = _plan(
+        [{"name": "w", "command": ["/bin/w"], "working_directory": "/srv/shop", "read_write_paths": ["/var/cache/shop"]}]
+    )
+    assert worker["directories"] == ["/srv/shop", "/var/cache/shop"]

@@ -1,0 +1,71 @@
+"""Benchmarks for the deploy path, reported as ratios measured in one run (`make bench`).
+
+Uses the molecule `worker` scenario's hosts (both platforms) and times ansible-playbook runs of its
+converge playbook:
+
+  first       converge on hosts where the units do not exist yet
+  no-change   the same converge again (what every deploy pays even when nothing changed)
+  one-change  one process type's unit changed: write, daemon-reload, rolling restart of 3 instances
+  no-pipe     no-change again with SSH-style pipelining off (each module: put file + run + clean up)
+
+Not a test: nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = ROOT / "molecule" / "worker"
+MOLECULE = ["molecule", "-c", str(ROOT / ".config" / "molecule" / "config.yml")]
+
+
+def molecule(*args: str) -> None:
+    subprocess.run([*MOLECULE, *args, "-s", "worker"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
+def converge(env: dict, extra: dict | None = None) -> float:
+    cmd = ["ansible-playbook", "-i", env["INVENTORY"], str(SCENARIO / "converge.yml")]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(extra or {}, fh)
+    began = time.monotonic()
+    subprocess.run([*cmd, "-e", f"@{fh.name}"], env=env, check=True, stdout=subprocess.DEVNULL)
+    os.unlink(fh.name)
+    return time.monotonic() - began
+
+
+def main() -> int:
+    molecule("destroy")
+    molecule("create")
+    molecule("prepare")
+    # the scenario state molecule just wrote (other checkouts leave their own molecule.*.worker dirs)
+    state = max(Path.home().glob(".ansible/tmp/molecule.*.worker"), key=lambda p: (p / "inventory").stat().st_mtime)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(state / "ansible.cfg"), INVENTORY=str(state / "inventory"))
+    decl = yaml.safe_load((SCENARIO / "vars" / "main.yml").read_text())
+    changed = [dict(p) for p in decl["sturdy_processes"]]
+    changed[0] = dict(changed[0], environment={"WORKER_GREETING": "bench"})
+
+    first = converge(env)
+    same = converge(env)
+    one = converge(env, {"sturdy_processes": changed})
+    converge(env)
+    no_pipe = converge(dict(env, ANSIBLE_PIPELINING="false"))
+    molecule("destroy")
+
+    print(f"first converge             {first:6.1f} s   1.00")
+    print(f"no-change converge         {same:6.1f} s   {same / first:.2f} x first")
+    print(f"one unit changed (rolling) {one:6.1f} s   {one / same:.2f} x no-change")
+    print(f"no-change, pipelining off  {no_pipe:6.1f} s   {no_pipe / same:.2f} x no-change with pipelining")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
