@@ -29,7 +29,7 @@ MOLECULE = ["molecule", "-c", str(ROOT / ".config" / "molecule" / "config.yml")]
 
 
 def molecule(*args: str) -> None:
-    subprocess.run([*MOLECULE, *args, "-s", "worker"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*MOLECULE, *args, "-s", "worker"], cwd=ROOT, check=True, capture_output=True)
 
 
 def converge(env: dict, extra: dict | None = None) -> float:

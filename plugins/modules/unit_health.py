@@ -108,7 +108,12 @@ unit_files:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import SystemdQueryError, find_unit_files, query
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import (
+    DEFAULT_PROPERTIES,
+    SystemdQueryError,
+    find_unit_files,
+    query,
+)
 
 
 def main():
@@ -118,22 +123,7 @@ def main():
             "target": {"type": "str"},
             "unit_files": {"type": "list", "elements": "str", "default": []},
             "marker": {"type": "str"},
-            "properties": {
-                "type": "list",
-                "elements": "str",
-                "default": [
-                    "Id",
-                    "LoadState",
-                    "ActiveState",
-                    "SubState",
-                    "UnitFileState",
-                    "Result",
-                    "NRestarts",
-                    "MainPID",
-                    "InvocationID",
-                    "NeedDaemonReload",
-                ],
-            },
+            "properties": {"type": "list", "elements": "str", "default": list(DEFAULT_PROPERTIES)},
         },
         supports_check_mode=True,
     )
