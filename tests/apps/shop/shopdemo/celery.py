@@ -1,0 +1,38 @@
+"""The Celery app. Reliability settings follow reliability.md: ack late, requeue when a worker dies,
+reserve one task at a time, and a short visibility timeout so lost tasks come back quickly in tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from celery import Celery
+
+from shopdemo import _build, store
+from shopdemo.settings import BUILD_ID, broker_url, visibility_timeout
+
+if _build.CRASH_ON_START:
+    # The "crashes on start" variant: a release whose worker dies at import, as a bad release does.
+    raise RuntimeError(f"build {BUILD_ID} is broken on purpose (crash-on-start variant)")
+
+app = Celery("shopdemo", broker=broker_url(), backend=broker_url())
+app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    task_default_queue="default",
+    broker_transport_options={"visibility_timeout": visibility_timeout()},
+    result_expires=3600,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+
+
+@app.task(name="shopdemo.record")
+def record(key: str, value: str) -> dict:
+    """Record `value` under `key` once: a redelivered task finds the effect and changes nothing twice."""
+    db = store.client()
+    db.incr(store.RUNS.format(key=key))
+    if db.set(store.EFFECT.format(key=key), value, nx=True):
+        db.incr(store.EFFECTS_TOTAL)
+    return {"key": key, "build_id": BUILD_ID, "host": socket.gethostname(), "pid": os.getpid()}

@@ -1,0 +1,32 @@
+"""The migration command: moves the schema version forward to this build's target; re-runnable.
+
+SHOP_MIGRATION_FAIL=1 makes it fail on purpose (after printing what it was doing), for the test that a
+failed migration stops the deploy.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from shopdemo import store
+from shopdemo.settings import BUILD_ID, SCHEMA_TARGET
+
+
+def main() -> int:
+    db = store.client()
+    current = int(db.get(store.SCHEMA) or 0)
+    print(f"migrate: build {BUILD_ID}, schema {current} -> {SCHEMA_TARGET}")
+    if os.environ.get("SHOP_MIGRATION_FAIL") == "1":
+        print("migrate: ERROR: migration failed on purpose (SHOP_MIGRATION_FAIL=1)", file=sys.stderr)
+        return 1
+    for version in range(current + 1, SCHEMA_TARGET + 1):
+        db.set(store.SCHEMA, version)
+        print(f"migrate: applied {version}")
+    if current >= SCHEMA_TARGET:
+        print("migrate: nothing to do")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The web process: GET /health answers with the build it runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from shopdemo.settings import BUILD_ID
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        if self.path != "/health":
+            self.send_error(404)
+            return
+        body = json.dumps({"status": "ok", "build_id": BUILD_ID}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt, *args):
+        sys.stderr.write("web: " + fmt % args + "\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="shopdemo web process")
+    parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(argv)
+    server = ThreadingHTTPServer((args.bind, args.port), Handler)
+    signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
+    print(f"web: build {BUILD_ID} listening on {args.bind}:{args.port}", file=sys.stderr, flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
