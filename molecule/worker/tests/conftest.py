@@ -71,8 +71,9 @@ def snapshot(host) -> str:
     )
 
 
-def run_role(host, **overrides) -> subprocess.CompletedProcess:
-    """Run converge.yml on this host alone with some variables replaced (extra vars win)."""
+def run_role(host, *args: str, **overrides) -> subprocess.CompletedProcess:
+    """Run converge.yml on this host alone with some variables replaced (extra vars win); `args` are
+    more ansible-playbook options, such as --check --diff."""
     name = host.backend.get_hostname()
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(overrides, fh)
@@ -86,6 +87,7 @@ def run_role(host, **overrides) -> subprocess.CompletedProcess:
                 name,
                 "-e",
                 f"@{fh.name}",
+                *args,
                 str(SCENARIO_DIR / "converge.yml"),
             ],
             capture_output=True,

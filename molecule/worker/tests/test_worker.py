@@ -239,6 +239,21 @@ def test_changed_unit_restarts_instances_one_at_a_time(host, restore):
     assert record["env"]["WORKER_GREETING"] == "changed"
 
 
+def test_check_mode_previews_the_change_and_the_restarts_without_making_them(host):
+    before = snapshot(host)
+    decl = declaration()
+    process(decl, "worker")["environment"]["WORKER_GREETING"] = "previewed"
+    process(decl, "scaler")["instances"] = 4
+    result = run_role(host, "--check", "--diff", sturdy_processes=decl["sturdy_processes"])
+    assert result.returncode == 0, result.stdout[-3000:]
+    out = result.stdout
+    # the diff shows the unit change; the run reports the restarts and the new instance it would make
+    assert '+Environment="WORKER_GREETING=previewed"' in out
+    assert re.search(r"changed: \[[^]]+\] => \(item=demo-worker@1\.service\)", out), out[-3000:]
+    assert "would enable and start demo-scaler@4.service" in out
+    assert snapshot(host) == before
+
+
 def test_restarts_left_to_the_caller_are_finished_by_the_next_run(host):
     before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS}
     decl = declaration()
