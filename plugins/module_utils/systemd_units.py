@@ -86,6 +86,11 @@ def environment_line(env: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def delay_grows(restart_sec: int, steps: int, max_delay: int) -> bool:
+    """Whether RestartSteps=/RestartMaxDelaySec= make the delay grow (systemd ignores them otherwise)."""
+    return steps > 0 and 0 < restart_sec < max_delay
+
+
 def restart_delays(restart_sec: int, steps: int, max_delay: int, count: int, backoff: bool) -> list[float]:
     """Delays (seconds) systemd waits before automatic restarts 1..count.
 
@@ -93,7 +98,7 @@ def restart_delays(restart_sec: int, steps: int, max_delay: int, count: int, bac
     RestartSec, restart i (2 <= i <= steps) waits RestartSec * (max/RestartSec) ** ((i-1)/steps), later
     ones wait RestartMaxDelaySec. Without backoff (systemd < 254) every delay is RestartSec.
     """
-    if not backoff or steps == 0 or restart_sec == 0 or restart_sec >= max_delay:
+    if not (backoff and delay_grows(restart_sec, steps, max_delay)):
         return [float(restart_sec)] * count
     delays = []
     for i in range(1, count + 1):
@@ -114,8 +119,11 @@ def start_limit_interval(restart_sec: int, steps: int, max_delay: int, burst: in
     first `burst` delays; the window must be longer than that, plus what each start itself costs.
     With RestartSec=5s and systemd's default 10s/5 the window is too short: the unit loops forever.
     """
-    delays = restart_delays(restart_sec, steps, max_delay, burst, backoff)
-    return int(math.ceil(sum(delays) + burst * START_ALLOWANCE_SEC))
+    return _window(restart_delays(restart_sec, steps, max_delay, burst, backoff))
+
+
+def _window(delays: list[float]) -> int:
+    return int(math.ceil(sum(delays) + len(delays) * START_ALLOWANCE_SEC))
 
 
 def _instance_units(app: str, name: str, instances: int) -> list[str]:
@@ -154,36 +162,16 @@ def plan_processes(
         if runtime is not None and declared.get("stop_timeout") is None:
             proc["stop_timeout"] = max(int(proc["stop_timeout"]), int(runtime) + margin)
         proc["stop_timeout_min"] = None if runtime is None else int(runtime) + margin
-        proc["paths"] = (
-            [proc["command"][0]]
-            + [p for p in [proc.get("working_directory")] if p]
-            + list(proc["environment_files"])
-            + list(proc["read_write_paths"])
-        )
-        proc["directories"] = [p for p in [proc.get("working_directory")] if p] + list(proc["read_write_paths"])
+        workdir = [proc["working_directory"]] if proc.get("working_directory") else []
+        proc["directories"] = [*workdir, *proc["read_write_paths"]]
+        proc["paths"] = [proc["command"][0], *workdir, *proc["environment_files"], *proc["read_write_paths"]]
         proc["description"] = (proc.get("description") or f"{app} {name}").replace("%", "%%").replace("\n", " ")
         proc["template"] = f"{app}-{name}@.service"
         proc["units"] = _instance_units(app, name, int(proc["instances"]))
-        # RestartSteps=0 or a maximum not above RestartSec means a constant delay on any systemd.
-        proc["restart_backoff"] = (
-            backoff and int(proc["restart_steps"]) > 0 and int(proc["restart_max_delay"]) > int(proc["restart_sec"])
-        )
-        proc["start_limit_interval"] = start_limit_interval(
-            int(proc["restart_sec"]),
-            int(proc["restart_steps"]),
-            int(proc["restart_max_delay"]),
-            int(proc["start_limit_burst"]),
-            proc["restart_backoff"],
-        )
-        proc["restart_delays"] = [
-            round(d, 1)
-            for d in restart_delays(
-                int(proc["restart_sec"]),
-                int(proc["restart_steps"]),
-                int(proc["restart_max_delay"]),
-                int(proc["start_limit_burst"]),
-                proc["restart_backoff"],
-            )
-        ]
+        timing = [int(proc[k]) for k in ("restart_sec", "restart_steps", "restart_max_delay")]
+        proc["restart_backoff"] = backoff and delay_grows(*timing)
+        delays = restart_delays(*timing, int(proc["start_limit_burst"]), proc["restart_backoff"])
+        proc["start_limit_interval"] = _window(delays)
+        proc["restart_delays"] = [round(d, 1) for d in delays]
         planned.append(proc)
     return planned
