@@ -34,6 +34,22 @@ SRC
     cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
     chroot "$root" update-ca-certificates >/dev/null
   fi
+  # On a real host systemd makes / a shared mount; in a container it leaves that to the container manager,
+  # and podman's mounts are private. Then what systemd mounts for a service in a helper namespace (the
+  # LoadCredential= directory) never reaches the service: it starts with an empty $CREDENTIALS_DIRECTORY.
+  # Do what systemd does on a host, first thing at boot.
+  mkdir -p "$root/etc/systemd/system/sysinit.target.wants"
+  cat > "$root/etc/systemd/system/sturdy-testbed-shared-root.service" <<'UNIT'
+[Unit]
+Description=Make / a shared mount, as systemd does on a real host
+DefaultDependencies=no
+Before=sysinit.target local-fs.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/mount --make-rshared /
+UNIT
+  ln -sf ../sturdy-testbed-shared-root.service "$root/etc/systemd/system/sysinit.target.wants/"
   touch "$root/.sturdy-recipe-$recipe"
 fi
 
