@@ -1,6 +1,6 @@
 """Fail when a role's defaults and its meta/argument_specs.yml drift apart, or a name breaks the convention.
 
-- every variable in defaults/main.yml is documented in argument_specs (entry point `main`);
+- every variable in defaults/main.yml is documented in argument_specs (in one of its entry points);
 - every documented option that is not required has a default in defaults/main.yml;
 - required options have no default (a default would make `required` meaningless);
 - names: collection-wide inputs start with `sturdy_`, a role's own knobs with `sturdy_<role>_`,
@@ -16,7 +16,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-COLLECTION_WIDE = {"sturdy_app", "sturdy_processes", "sturdy_build_id", "sturdy_secrets", "sturdy_secure_logging"}
+COLLECTION_WIDE = {
+    "sturdy_app", "sturdy_processes", "sturdy_build_id", "sturdy_artifact",
+    "sturdy_secrets", "sturdy_secrets_delivery", "sturdy_secure_logging",
+}
 
 
 def check_role(role: Path) -> list[str]:
@@ -26,7 +29,12 @@ def check_role(role: Path) -> list[str]:
     if not specs_file.exists():
         return [f"{role.name}: meta/argument_specs.yml is missing"]
     defaults = yaml.safe_load(defaults_file.read_text()) or {} if defaults_file.exists() else {}
-    options = yaml.safe_load(specs_file.read_text())["argument_specs"]["main"].get("options", {})
+    # Entry points (main, switch, ...) share defaults/main.yml: check the union of their options.
+    options: dict = {}
+    for entry in yaml.safe_load(specs_file.read_text())["argument_specs"].values():
+        for name, spec in (entry.get("options") or {}).items():
+            merged = options.setdefault(name, dict(spec))
+            merged["required"] = merged.get("required", False) or spec.get("required", False)
     for name in sorted(set(defaults) - set(options)):
         problems.append(f"{role.name}: {name} is in defaults/main.yml but not documented in meta/argument_specs.yml")
     for name, spec in sorted(options.items()):

@@ -40,8 +40,13 @@ def rows(options: dict, prefix: str = "") -> list[str]:
 def render() -> str:
     parts = [BEGIN]
     for role in sorted(p for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists()):
-        main = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]
+        specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+        main = specs["main"]
         parts += ["", f"### `sturdy.workers.{role.name}`", "", plain(main.get("short_description")), ""]
+        for entry in (e for e in specs if e != "main"):
+            parts += [f"- `tasks_from: {entry}`: {plain(specs[entry].get('short_description'))}"]
+        if len(specs) > 1:
+            parts += ["", "Variables of the main entry point:", ""]
         parts += ["| Variable | Type | Default | Description |", "|---|---|---|---|"]
         parts += rows(main.get("options", {}))
     parts += ["", END]

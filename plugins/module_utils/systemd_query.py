@@ -27,6 +27,7 @@ DEFAULT_PROPERTIES = (
 )
 
 # What outdated-ness needs besides the caller's properties.
+CREDENTIAL_LINE = re.compile(r"^\s*LoadCredential(?:Encrypted)?=[^:\n]+:(/\S+)\s*$", re.MULTILINE)
 STALENESS_PROPERTIES = ("ActiveState", "MainPID", "ExecMainStartTimestampMonotonic", "FragmentPath", "DropInPaths", "EnvironmentFiles")
 
 # Where unit files live, highest precedence first (systemd.unit(5), system units).
@@ -76,17 +77,28 @@ def parse_members(text: str) -> list[str]:
     return sorted({word for word in text.split() if word.endswith(".service")})
 
 
-def definition_paths(props: dict[str, str]) -> list[str]:
-    """Files a unit's running definition came from: the unit file, drop-ins and environment files."""
-    paths = [props.get("FragmentPath", "")]
-    paths += props.get("DropInPaths", "").split()
+def definition_paths(props: dict[str, str], read: Callable[[str], str] | None = None) -> list[str]:
+    """Files a unit's running definition came from: the unit file, drop-ins, environment files and, when
+    `read` (path -> text) is given, the credential files its unit file and drop-ins load."""
+    units = [props.get("FragmentPath", "")] + props.get("DropInPaths", "").split()
+    paths = list(units)
     # EnvironmentFiles=/etc/shop/shop.env (ignore_errors=no)
     paths += re.findall(r"(/\S+) \(ignore_errors=\w+\)", props.get("EnvironmentFiles", ""))
+    if read:
+        # systemctl show prints LoadCredential= as [unprintable]; the unit files say it plainly.
+        for unit in filter(None, units):
+            paths += CREDENTIAL_LINE.findall(read(unit))
     return [p for p in paths if p]
 
 
-def is_outdated(props: dict[str, str], mtime: Callable[[str], float | None], monotonic_offset: float) -> bool:
-    """True when a running main process started before its unit, a drop-in or an environment file changed.
+def is_outdated(
+    props: dict[str, str],
+    mtime: Callable[[str], float | None],
+    monotonic_offset: float,
+    read: Callable[[str], str] | None = None,
+) -> bool:
+    """True when a running main process started before its unit, a drop-in, an environment file or a loaded
+    credential changed.
 
     Such a process runs an older definition than the one on disk; a restart picks up the new one.
     `monotonic_offset` is realtime minus monotonic now, to put file mtimes on systemd's monotonic clock.
@@ -96,7 +108,7 @@ def is_outdated(props: dict[str, str], mtime: Callable[[str], float | None], mon
     started = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
     if not started:
         return False
-    changed = [m for m in (mtime(p) for p in definition_paths(props)) if m is not None]
+    changed = [m for m in (mtime(p) for p in definition_paths(props, read)) if m is not None]
     return bool(changed) and max(changed) - monotonic_offset > started
 
 
@@ -127,6 +139,14 @@ def find_unit_files(patterns: list[str], marker: str | None, unit_dirs=UNIT_DIRS
     return found
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
 def _mtime(path: str) -> float | None:
     try:
         return os.stat(path).st_mtime
@@ -140,6 +160,7 @@ def query(
     target: str | None,
     properties=DEFAULT_PROPERTIES,
     mtime: Callable[[str], float | None] = _mtime,
+    read: Callable[[str], str] = _read,
 ) -> dict:
     """systemd version, the target's member services, and properties of the members and `units`.
 
@@ -167,5 +188,5 @@ def query(
         # systemctl prints units in the order asked; Id may differ for aliases, so key by the request.
         result["units"] = dict(zip(names, blocks))
         for unit_props in result["units"].values():
-            unit_props["Outdated"] = is_outdated(unit_props, mtime, offset)
+            unit_props["Outdated"] = is_outdated(unit_props, mtime, offset, read)
     return result

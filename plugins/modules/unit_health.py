@@ -13,7 +13,8 @@ description:
   - Reads the host's systemd version, the services a target groups (its C(Wants=) and C(ConsistsOf=), that is,
     enabled instances and instances that are C(PartOf=) it), and the state of those services and of O(units),
     in three C(systemctl) calls.
-  - Tells for each running unit whether it runs an older definition than the one on disk (C(Outdated)).
+  - Tells for each running unit whether it runs an older definition than the one on disk, or older secrets
+    (C(Outdated)).
   - Optionally finds unit files by name pattern and tells whether each carries a marker line, so a caller can
     refuse to overwrite units it did not write.
   - Never changes anything.
@@ -85,8 +86,9 @@ members:
 units:
   description:
     - For each requested unit and member, the properties as strings, plus C(Outdated).
-    - C(Outdated) is true when the unit is running and its main process started before its unit file, a drop-in or
-      one of its environment files last changed; a restart picks up the new definition.
+    - C(Outdated) is true when the unit is running and its main process started before its unit file, a drop-in,
+      one of its environment files or a credential file it loads (C(LoadCredential=), C(LoadCredentialEncrypted=))
+      last changed; a restart picks up the new definition.
   returned: always
   type: dict
   sample:

@@ -4,7 +4,8 @@
 
 Writes dist/shop-<build_id>.tar.gz and dist/shop-<build_id>.tar.gz.sha256. The tarball holds:
 
-    MANIFEST.json   app, build ID, commit, variant, commands, and the sha256 of every wheel
+    MANIFEST.json   app, build ID, commit, variant, commands, install (what pip installs from the wheelhouse),
+                    and the sha256 of every wheel
     bin/            shop-worker, shop-web, shop-migrate: run the release's own venv
     wheelhouse/     the app's wheel and every dependency (pure-Python: installs offline on 3.11 and 3.13)
 
@@ -117,6 +118,7 @@ def build(build_id: str, variant: str, commit: str, out: Path) -> Path:
             "variant": variant,
             "python_requires": ">=3.11",
             "commands": commands,
+            "install": [f"shopdemo=={WHEEL_VERSION}"],
             "wheels": wheels,
         }
         artifact = out / f"shop-{build_id}.tar.gz"

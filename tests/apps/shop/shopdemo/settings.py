@@ -12,19 +12,19 @@ SCHEMA_TARGET = _build.SCHEMA_TARGET
 
 
 def secret(name: str) -> str:
-    """A secret by name: $CREDENTIALS_DIRECTORY/<name> (LoadCredential=) first, then the environment
-    variable of the upper-cased name (EnvironmentFile=). Missing is an error that names the secret."""
+    """A secret by name: $CREDENTIALS_DIRECTORY/<name> (LoadCredential=) first, then the environment variable
+    <name> (EnvironmentFile=). Missing is an error that names the secret, never a value."""
     directory = os.environ.get("CREDENTIALS_DIRECTORY")
     if directory and (Path(directory) / name).is_file():
-        return (Path(directory) / name).read_text(encoding="utf-8").strip()
-    value = os.environ.get(name.upper())
+        return (Path(directory) / name).read_text(encoding="utf-8")
+    value = os.environ.get(name)
     if not value:
-        raise RuntimeError(f"secret {name!r} is missing: no credential {name} and no environment variable {name.upper()}")
+        raise RuntimeError(f"secret {name} is missing: no credential {name} and no environment variable {name}")
     return value
 
 
 def broker_url() -> str:
-    return secret("broker_url")
+    return secret("BROKER_URL")
 
 
 def visibility_timeout() -> int:

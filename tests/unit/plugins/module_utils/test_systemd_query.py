@@ -134,6 +134,24 @@ def test_a_changed_environment_file_makes_the_process_outdated():
     assert is_outdated(RUNNING, mtimes.get, monotonic_offset=1000.0)
 
 
+UNIT_TEXTS = {
+    "/etc/systemd/system/shop-worker@.service": "[Service]\nLoadCredential=BROKER_URL:/etc/shop/credentials/BROKER_URL\n",
+    "/etc/systemd/system/shop-worker@.service.d/10-x.conf": "[Service]\n  LoadCredentialEncrypted=KEY:/etc/shop/credentials/KEY.cred\n",
+}
+
+
+def test_definition_paths_include_the_credentials_the_unit_files_load():
+    paths = definition_paths(RUNNING, lambda path: UNIT_TEXTS.get(path, ""))
+    assert paths[-2:] == ["/etc/shop/credentials/BROKER_URL", "/etc/shop/credentials/KEY.cred"]
+
+
+def test_a_changed_credential_makes_the_process_outdated():
+    mtimes = dict.fromkeys(definition_paths(RUNNING), 1050.0)
+    mtimes["/etc/shop/credentials/KEY.cred"] = 1100.5
+    assert not is_outdated(RUNNING, mtimes.get, monotonic_offset=1000.0)
+    assert is_outdated(RUNNING, mtimes.get, monotonic_offset=1000.0, read=lambda path: UNIT_TEXTS.get(path, ""))
+
+
 @pytest.mark.parametrize("change", [{"ActiveState": "failed"}, {"MainPID": "0"}, {"ExecMainStartTimestampMonotonic": "0"}])
 def test_only_a_running_process_can_be_outdated(change):
     props = dict(RUNNING, **change)

@@ -1,0 +1,283 @@
+"""The demo app deployed with the release, secrets and worker roles, as an operator would check it.
+
+Tests on one host run in file order (conftest.py): build 1 is converged by molecule, then builds 2-4 and
+a rollback are deployed here, with the refusals in between. Secrets are compared by digest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import (
+    BUILDS,
+    LOG,
+    artifact,
+    declaration,
+    deploy,
+    digest,
+    health,
+    invocations,
+    link,
+    main_pid,
+    play,
+    recap,
+    releases,
+    secret_values,
+    snapshot,
+    task,
+)
+
+V1, V2, V3, V4 = BUILDS
+DELIVERY = {"shop-bookworm": "env_file", "shop-trixie": "encrypted_credentials"}
+
+
+def delivery(host) -> str:
+    return DELIVERY[host.backend.get_hostname()]
+
+
+# --- build 1, as converge left it -------------------------------------------------------------------------
+
+
+def test_release_is_installed_root_owned_with_its_venv_and_release_json(host):
+    root = host.file("/srv/shop")
+    assert (root.user, root.group, root.mode) == ("root", "root", 0o755)
+    release = host.file(f"/srv/shop/releases/{V1}")
+    assert (release.user, release.mode) == ("root", 0o755)
+    assert host.file(f"/srv/shop/releases/{V1}/bin/shop-worker").mode == 0o755
+    assert host.file(f"/srv/shop/releases/{V1}/venv/bin/celery").is_file
+    info = json.loads(host.file(f"/srv/shop/releases/{V1}/RELEASE.json").content_string)
+    published = open(artifact(V1) + ".sha256").read().split()[0]
+    assert info["build_id"] == V1 and info["checksum"] == published and info["artifact"] == f"shop-{V1}.tar.gz"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", info["installed_at"])
+    assert not host.file(f"/srv/shop/releases/{V1}/.sturdy-partial").exists
+    # The copied artifact is gone: the release directory holds everything.
+    assert host.check_output("ls -A /srv/shop/.incoming") == ""
+    assert host.package("python3-venv").is_installed
+
+
+def test_release_was_installed_with_pypi_unreachable(host):
+    # prepare.yml points PyPI's names at a closed port; the install had only the wheelhouse.
+    probe = host.run("python3 -c 'import urllib.request; urllib.request.urlopen(\"https://pypi.org/simple/\", timeout=5)'")
+    assert probe.rc != 0
+    assert "celery" in host.check_output(f"/srv/shop/releases/{V1}/venv/bin/python -m pip list --no-index")
+
+
+def test_current_points_at_build_1_and_processes_run_from_it(host):
+    assert link(host, "current") == f"releases/{V1}"
+    for unit in ("shop-worker@1.service", "shop-worker@2.service", "shop-web@1.service"):
+        assert host.service(unit).is_running, unit
+        cwd = host.check_output("readlink /proc/%s/cwd", main_pid(host, unit))
+        assert cwd == f"/srv/shop/releases/{V1}", unit
+
+
+def test_a_task_enqueued_by_a_producer_is_processed_by_build_1(host):
+    answer = task(host, f"v1-{host.backend.get_hostname()}")
+    assert answer["build_id"] == V1
+    assert health(host) == {"status": "ok", "build_id": V1}
+
+
+def test_secret_files_have_the_owner_and_mode_of_their_delivery(host):
+    if delivery(host) == "env_file":
+        env = host.file("/etc/shop/shop.env")
+        assert (env.user, env.group, env.mode) == ("root", "shop", 0o640)
+        assert not host.file("/etc/shop/credentials").exists
+    else:
+        store = host.file("/etc/shop/credentials")
+        assert (store.user, store.mode) == ("root", 0o700)
+        for name in ("BROKER_URL", "SHOP_API_TOKEN"):
+            cred = host.file(f"/etc/shop/credentials/{name}.cred")
+            assert (cred.user, cred.group, cred.mode) == ("root", "root", 0o600)
+        assert not host.file("/etc/shop/shop.env").exists
+
+
+def test_every_process_type_loads_the_same_secrets_by_reference(host):
+    expected = {
+        "env_file": ["EnvironmentFile=/etc/shop/shop.env"],
+        "encrypted_credentials": ["LoadCredentialEncrypted=BROKER_URL:/etc/shop/credentials/BROKER_URL.cred",
+                                  "LoadCredentialEncrypted=SHOP_API_TOKEN:/etc/shop/credentials/SHOP_API_TOKEN.cred"],
+    }[delivery(host)]
+    for process in ("worker", "web"):
+        lines = host.file(f"/etc/systemd/system/shop-{process}@.service").content_string.splitlines()
+        assert [line for line in lines if line.startswith(("EnvironmentFile=", "LoadCredential"))] == expected
+
+
+def test_the_secret_reaches_the_process_verbatim(host):
+    token = declaration()["shop_api_token"]  # $, quotes, backquote, backslash, #: nothing may be expanded
+    pid = main_pid(host, "shop-web@1.service")
+    if delivery(host) == "env_file":
+        environ = host.check_output("tr '\\0' '\\n' < /proc/%s/environ | sed -n 's/^SHOP_API_TOKEN=//p'", pid)
+        assert digest(environ) == digest(token)
+    else:
+        seen = host.check_output("cat /run/credentials/shop-web@1.service/SHOP_API_TOKEN")
+        assert digest(seen) == digest(token)
+        # With credentials nothing is in the process environment.
+        assert "SHOP_API_TOKEN=" not in host.check_output("tr '\\0' '\\n' < /proc/%s/environ", pid)
+
+
+# --- refusals: each fails before any change ---------------------------------------------------------------
+
+
+def refused(host, playbook="converge.yml", **extra) -> str:
+    before = snapshot(host)
+    result = play(host, playbook, **extra)
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert snapshot(host) == before
+    return result.stdout
+
+
+def test_a_missing_required_secret_is_refused_by_name(host):
+    decl = declaration()
+    out = refused(host, sturdy_secrets={"BROKER_URL": decl["sturdy_secrets"]["BROKER_URL"], "SHOP_API_TOKEN": ""})
+    assert "Required secrets missing or empty in sturdy_secrets: SHOP_API_TOKEN." in out
+    assert not any(value in out for value in secret_values()), "a secret value appears in the output"
+
+
+def test_an_artifact_that_does_not_match_its_checksum_is_refused(host, tmp_path):
+    damaged = tmp_path / f"shop-{V2}.tar.gz"
+    damaged.write_bytes(open(artifact(V2), "rb").read() + b"\0")
+    (tmp_path / f"shop-{V2}.tar.gz.sha256").write_text(open(artifact(V2) + ".sha256").read())
+    out = refused(host, sturdy_build_id=V2, sturdy_artifact=str(damaged))
+    assert f"sturdy_artifact={damaged} has sha256" in out and "Rebuild or download it again" in out
+
+
+def test_the_same_build_id_with_other_content_is_refused(host):
+    out = refused(host, sturdy_build_id=V1, sturdy_artifact=artifact(V1, "other"))
+    assert f"build {V1} is already installed from another artifact" in out
+    assert "A build ID names one artifact forever" in out
+
+
+def test_an_artifact_path_that_does_not_exist_is_refused(host):
+    out = refused(host, sturdy_build_id=V2, sturdy_artifact="/nonexistent/shop-2.tar.gz")
+    assert "sturdy_artifact=/nonexistent/shop-2.tar.gz does not exist on the controller" in out
+
+
+# --- build 2, a rollback, and back ------------------------------------------------------------------------
+
+
+def test_check_mode_previews_build_2_and_changes_nothing(host):
+    before = snapshot(host)
+    result = play(host, "converge.yml", "--check", "--diff", sturdy_build_id=V2, sturdy_artifact=artifact(V2))
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert f"current -> {V2}" in result.stdout
+    assert snapshot(host) == before
+
+
+def test_deploy_build_2_keeps_build_1_and_switches_current(host):
+    deploy(host, V2)
+    assert link(host, "current") == f"releases/{V2}"
+    assert link(host, "previous") == f"releases/{V1}"
+    assert {V1, V2} <= set(releases(host))
+    assert health(host)["build_id"] == V2
+    host.check_output("systemctl restart shop-worker@1.service")
+    assert task(host, f"v2-{host.backend.get_hostname()}")["build_id"] == V2
+    cwd = host.check_output("readlink /proc/%s/cwd", main_pid(host, "shop-worker@1.service"))
+    assert cwd == f"/srv/shop/releases/{V2}"
+
+
+def test_deploying_the_same_build_again_changes_nothing(host):
+    before = invocations(host)
+    result = deploy(host, V2)
+    assert recap(result)["changed"] == 0, result.stdout[-4000:]
+    assert invocations(host) == before
+
+
+def test_rollback_points_current_at_build_1_and_restarts_onto_it(host):
+    result = play(host, "rollback.yml")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert f"current now points at {V1} (was {V2}" in result.stdout
+    assert link(host, "current") == f"releases/{V1}"
+    assert V2 in releases(host)  # kept for inspection
+    assert health(host)["build_id"] == V1
+    assert task(host, f"rollback-{host.backend.get_hostname()}")["build_id"] == V1
+    deploy(host, V2)
+    assert link(host, "current") == f"releases/{V2}"
+
+
+# --- secrets change -----------------------------------------------------------------------------------------
+
+
+def test_a_changed_secret_restarts_the_units_and_never_shows_at_vvv(host):
+    decl = declaration()
+    db = 0 if host.backend.get_hostname() == "shop-bookworm" else 1
+    broker = f"redis://:{decl['shop_redis_password']}@broker:6379/{db}"
+    rotated = "rotated-" + decl["shop_api_token"][::-1]
+    before = invocations(host)
+    try:
+        result = deploy(host, V2, "-vvv", sturdy_secrets={"BROKER_URL": broker, "SHOP_API_TOKEN": rotated})
+        shown = result.stdout + result.stderr
+        assert not any(v in shown for v in (*secret_values(), rotated)), "a secret value appears in the -vvv output"
+        after = invocations(host)
+        assert all(after[unit] != before[unit] for unit in before), (before, after)
+        pid = main_pid(host, "shop-web@1.service")
+        if delivery(host) == "env_file":
+            seen = host.check_output("tr '\\0' '\\n' < /proc/%s/environ | sed -n 's/^SHOP_API_TOKEN=//p'", pid)
+        else:
+            seen = host.check_output("cat /run/credentials/shop-web@1.service/SHOP_API_TOKEN")
+        assert digest(seen) == digest(rotated)
+        assert task(host, f"rotated-{host.backend.get_hostname()}")["build_id"] == V2
+    finally:
+        deploy(host, V2)
+
+
+def test_switching_to_plain_credentials_moves_every_process_and_removes_the_old_files(host):
+    try:
+        deploy(host, V2, sturdy_secrets_delivery="credentials")
+        assert not host.file("/etc/shop/shop.env").exists
+        assert host.file("/etc/shop/credentials/BROKER_URL").mode == 0o600
+        assert not host.file("/etc/shop/credentials/BROKER_URL.cred").exists
+        assert "LoadCredential=BROKER_URL:/etc/shop/credentials/BROKER_URL" in host.file(
+            "/etc/systemd/system/shop-web@.service").content_string
+        assert task(host, f"plain-{host.backend.get_hostname()}")["build_id"] == V2
+    finally:
+        deploy(host, V2)
+    assert task(host, f"back-{host.backend.get_hostname()}")["build_id"] == V2
+
+
+# --- pruning ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def old_release_user(host):
+    """A process still running from build 1's directory, as a slow one-off job would."""
+    host.check_output(f"systemd-run --unit=shop-old-job -p WorkingDirectory=/srv/shop/releases/{V1} sleep 900")
+    yield
+    host.run("systemctl stop shop-old-job.service")
+
+
+def test_pruning_keeps_current_previous_and_releases_in_use(host, old_release_user):
+    deploy(host, V3)
+    deploy(host, V4)
+    # keep=2, but when build 4 was installed, build 2 was previous and build 1 in use.
+    assert set(releases(host)) == {V1, V2, V3, V4}
+    assert (link(host, "current"), link(host, "previous")) == (f"releases/{V4}", f"releases/{V3}")
+    deploy(host, V4)
+    assert set(releases(host)) == {V1, V3, V4}  # build 1 still in use
+    host.check_output("systemctl stop shop-old-job.service")
+    deploy(host, V4)
+    assert set(releases(host)) == {V3, V4}
+    assert task(host, f"v4-{host.backend.get_hostname()}")["build_id"] == V4
+
+
+def test_an_interrupted_install_is_cleaned_up_by_the_next_run(host):
+    host.check_output("mkdir -p /srv/shop/releases/2026.11.29-9/venv && touch /srv/shop/releases/2026.11.29-9/.sturdy-partial")
+    result = deploy(host, V4)
+    assert "2026.11.29-9" in result.stdout  # reported as removed
+    assert not host.file("/srv/shop/releases/2026.11.29-9").exists
+
+
+# --- last: nothing anywhere shows a secret ----------------------------------------------------------------
+
+
+def test_no_secret_value_in_ansible_logs_units_systemctl_show_or_journal(host):
+    values = secret_values()
+    places = {
+        "ansible log of the whole run": LOG.read_text() if LOG.exists() else "",
+        "unit files": host.check_output("cat /etc/systemd/system/shop*"),
+        "systemctl show": host.check_output("systemctl show 'shop*'"),
+        "journal": host.check_output("journalctl -b --no-pager -o cat"),
+    }
+    assert places["ansible log of the whole run"], f"{LOG} is empty: ANSIBLE_LOG_PATH did not reach the runs"
+    leaks = sorted({where for where, text in places.items() for value in values if value in text})
+    assert leaks == [], "a secret value appears in these places (values not shown)"

@@ -1,0 +1,261 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Releases on a host: /srv/<app>/releases/<build_id>/ with RELEASE.json, and the links `current`
+and `previous` beside them. Pure file-system logic, used by the release module and its unit tests."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from typing import Callable
+
+RELEASE_FILE = "RELEASE.json"
+MANIFEST_FILE = "MANIFEST.json"
+# Written first and removed last: a release directory that still has it is an interrupted install.
+PARTIAL_MARKER = ".sturdy-partial"
+BUILD_ID = re.compile(r"^[A-Za-z0-9._+-]{1,128}$")
+# Names pip may install from the wheelhouse: a requirement name with an optional version pin.
+REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?(==[A-Za-z0-9.+!_-]+)?$")
+
+
+class ReleaseError(Exception):
+    """Something an operator must fix; the message says what and how."""
+
+
+class Layout:
+    """Where one app's releases and links live."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.releases = os.path.join(root, "releases")
+        self.current = os.path.join(root, "current")
+        self.previous = os.path.join(root, "previous")
+
+    def release(self, build_id: str) -> str:
+        return os.path.join(self.releases, build_id)
+
+    def link_target(self, link: str) -> str | None:
+        """The build ID a link points at (releases/<id>), or None when there is no such link."""
+        try:
+            target = os.readlink(link)
+        except OSError:
+            return None
+        parent, name = os.path.split(os.path.normpath(os.path.join(self.root, target)))
+        if parent != self.releases or not BUILD_ID.match(name):
+            raise ReleaseError(f"{link} points at {target}, which is not a release under {self.releases}/; "
+                               "re-point it by hand (ln -sfn releases/<build_id> ...) or remove it")
+        return name
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_json(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ReleaseError(f"cannot read {path}: {exc}") from exc
+
+
+def release_state(layout: Layout, build_id: str) -> str:
+    """'absent', 'installed', 'partial' (interrupted install) or 'foreign' (a directory we did not write)."""
+    path = layout.release(build_id)
+    if not os.path.lexists(path):
+        return "absent"
+    if os.path.exists(os.path.join(path, PARTIAL_MARKER)):
+        return "partial"
+    if os.path.isdir(path) and not os.path.islink(path) and os.path.isfile(os.path.join(path, RELEASE_FILE)):
+        return "installed"
+    return "foreign"
+
+
+def installed(layout: Layout) -> list[dict]:
+    """Every complete release, oldest install first."""
+    found = []
+    try:
+        names = os.listdir(layout.releases)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        if BUILD_ID.match(name) and release_state(layout, name) == "installed":
+            info = read_json(os.path.join(layout.release(name), RELEASE_FILE)) or {}
+            found.append({"build_id": name, "installed_at": str(info.get("installed_at", "")),
+                          "checksum": info.get("checksum", "")})
+    return sorted(found, key=lambda r: (r["installed_at"], r["build_id"]))
+
+
+def partial(layout: Layout) -> list[str]:
+    try:
+        names = os.listdir(layout.releases)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if BUILD_ID.match(n) and release_state(layout, n) == "partial")
+
+
+def check_slot(layout: Layout, build_id: str, checksum: str) -> str:
+    """State of the release directory for `build_id`, refusing one that holds another artifact."""
+    state = release_state(layout, build_id)
+    if state == "foreign":
+        raise ReleaseError(f"{layout.release(build_id)} exists but has no {RELEASE_FILE}: it was not installed by "
+                           "sturdy.workers. Move it away, then deploy again")
+    if state == "installed":
+        info = read_json(os.path.join(layout.release(build_id), RELEASE_FILE)) or {}
+        if info.get("checksum") != checksum:
+            raise ReleaseError(
+                f"build {build_id} is already installed from another artifact (sha256 {info.get('checksum')}, "
+                f"this one is {checksum}). A build ID names one artifact forever: give the new build its own "
+                f"sturdy_build_id, or deploy the artifact that was built as {build_id}")
+    return state
+
+
+def in_use(layout: Layout, proc: str = "/proc") -> dict[str, list[int]]:
+    """Build ID -> PIDs of processes whose working directory or executable lies inside that release."""
+    prefix = os.path.realpath(layout.releases) + os.sep
+    users: dict[str, set[int]] = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        for link in ("cwd", "exe"):
+            try:
+                target = os.readlink(os.path.join(proc, entry, link))
+            except OSError:  # gone, a kernel thread, or not ours to read
+                continue
+            if target.startswith(prefix):
+                users.setdefault(target[len(prefix):].split(os.sep, 1)[0], set()).add(int(entry))
+    return {build: sorted(pids) for build, pids in users.items()}
+
+
+def prune_plan(releases: list[dict], keep: int, protected: set[str]) -> list[str]:
+    """Build IDs to delete: all but the `keep` newest installs, never a protected one."""
+    newest_first = [r["build_id"] for r in reversed(releases)]
+    return [b for b in newest_first[keep:] if b not in protected]
+
+
+def replace_link(link: str, target: str) -> None:
+    """Point `link` at `target` atomically: a temporary link renamed over the old one, so a reader sees
+    either the old target or the new, never no link."""
+    tmp = os.path.join(os.path.dirname(link), f".{os.path.basename(link)}.tmp-{os.getpid()}")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+    fd = os.open(os.path.dirname(link), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unpack(artifact: str, dest: str) -> None:
+    """Extract regular files and directories only, inside `dest`, owned by root, not writable by others."""
+    with tarfile.open(artifact, "r:gz") as tar:
+        for member in tar.getmembers():
+            name = os.path.normpath(member.name)
+            if name.startswith(("/", "..")) or not (member.isfile() or member.isdir()):
+                raise ReleaseError(f"{artifact}: entry {member.name!r} is not a plain file or directory inside the "
+                                   "release; rebuild the artifact without links, devices or absolute paths")
+            path = os.path.join(dest, name)
+            if member.isdir():
+                os.makedirs(path, 0o755, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+            source = tar.extractfile(member)
+            with open(path, "wb") as out:
+                shutil.copyfileobj(source, out)
+            os.chmod(path, 0o755 if member.mode & 0o111 else 0o644)
+
+
+def read_manifest(dest: str, build_id: str, artifact: str) -> dict:
+    manifest = read_json(os.path.join(dest, MANIFEST_FILE))
+    if manifest is None:
+        raise ReleaseError(f"{artifact} has no {MANIFEST_FILE} at its top level; it is not a release artifact")
+    if manifest.get("build_id") != build_id:
+        raise ReleaseError(f"{artifact} is build {manifest.get('build_id')!r}, not sturdy_build_id={build_id!r}: "
+                           "deploy the artifact built for this build ID, or set sturdy_build_id to the artifact's")
+    install = manifest.get("install")
+    if not isinstance(install, list) or not install or not all(isinstance(r, str) and REQUIREMENT.match(r)
+                                                               for r in install):
+        raise ReleaseError(f"{artifact}: {MANIFEST_FILE} needs 'install', a non-empty list of requirement names "
+                           "(for example [\"shopdemo==1.0\"]) to install from its wheelhouse/")
+    return manifest
+
+
+Runner = Callable[[list[str], dict], tuple[int, str, str]]
+
+
+def offline_env() -> dict:
+    """pip with no index and no user or site configuration that could name one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1",
+               PIP_NO_CACHE_DIR="1", PIP_NO_INPUT="1")
+    return env
+
+
+def build_venv(dest: str, python: str, install: list[str], run: Runner) -> None:
+    venv = os.path.join(dest, "venv")
+    steps = [
+        [python, "-m", "venv", venv],
+        [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--no-index",
+         "--find-links", os.path.join(dest, "wheelhouse"), *install],
+    ]
+    for argv in steps:
+        rc, out, err = run(argv, offline_env())
+        if rc != 0:
+            tail = "\n".join((out + err).strip().splitlines()[-15:])
+            raise ReleaseError(f"{' '.join(argv[:4])} ... failed (rc {rc}); the install used no package index, so "
+                               f"every dependency must be a wheel in the artifact's wheelhouse/:\n{tail}")
+
+
+def subprocess_runner(argv: list[str], env: dict) -> tuple[int, str, str]:
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def install(layout: Layout, build_id: str, artifact: str, checksum: str, commit: str, python: str,
+            run: Runner = subprocess_runner) -> dict:
+    """Unpack `artifact` into releases/<build_id>, build its venv offline, write RELEASE.json last."""
+    actual = sha256_file(artifact)
+    if actual != checksum:
+        raise ReleaseError(f"{artifact} on the host has sha256 {actual}, not {checksum}: the copy is damaged; "
+                           "run the deploy again")
+    dest = layout.release(build_id)
+    os.makedirs(dest, 0o755)
+    with open(os.path.join(dest, PARTIAL_MARKER), "w", encoding="utf-8") as fh:
+        fh.write(f"install of {build_id} started {now()} by pid {os.getpid()}\n")
+    unpack(artifact, dest)
+    manifest = read_manifest(dest, build_id, artifact)
+    build_venv(dest, python, manifest["install"], run)
+    info = {
+        "build_id": build_id,
+        "commit": commit or manifest.get("commit", ""),
+        "checksum": checksum,
+        "artifact": os.path.basename(artifact),
+        "installed_at": now(),
+    }
+    tmp = os.path.join(dest, f".{RELEASE_FILE}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(info, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, os.path.join(dest, RELEASE_FILE))
+    os.unlink(os.path.join(dest, PARTIAL_MARKER))
+    return info
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,67 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Where an app's secrets live on a host and how its units load them: one place for the secrets role,
+which writes them, and the worker role, which points the units at them."""
+
+from __future__ import annotations
+
+import re
+
+DELIVERIES = ("env_file", "credentials", "encrypted_credentials")
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Inside double quotes systemd's EnvironmentFile= parser (and sh) give these a backslash meaning.
+_ESCAPE = re.compile(r'(["\\$`])')
+
+
+class SecretSpecError(Exception):
+    """A declaration the roles cannot turn into files; the message names the secret, never its value."""
+
+
+def layout(app: str, delivery: str, names: list[str]) -> dict:
+    """Paths and unit directives for `names` delivered by `delivery`."""
+    if delivery not in DELIVERIES:
+        raise SecretSpecError(f"sturdy_secrets_delivery={delivery!r}: choose one of {', '.join(DELIVERIES)}")
+    bad = [n for n in names if not NAME.match(str(n))]
+    if bad:
+        raise SecretSpecError(f"sturdy_secrets names {bad} are not usable as environment variable or credential "
+                              "names: use letters, digits and '_', not starting with a digit (for example BROKER_URL)")
+    directory = f"/etc/{app}"
+    credentials = f"{directory}/credentials"
+    files = {}
+    directives = []
+    if delivery == "env_file":
+        env_file = f"{directory}/{app}.env"
+        directives.append(f"EnvironmentFile={env_file}")
+    else:
+        env_file = None
+        suffix = ".cred" if delivery == "encrypted_credentials" else ""
+        key = "LoadCredentialEncrypted" if suffix else "LoadCredential"
+        for name in sorted(names):
+            files[name] = f"{credentials}/{name}{suffix}"
+            directives.append(f"{key}={name}:{files[name]}")
+    return {
+        "delivery": delivery,
+        "directory": directory,
+        "env_file": env_file,
+        "credentials_directory": credentials,
+        "credential_files": files,
+        "directives": directives if names else [],
+    }
+
+
+def env_file(secrets: dict) -> str:
+    """The content of an EnvironmentFile= for `secrets`, every value passed through verbatim."""
+    lines = []
+    for name in sorted(secrets):
+        value = "" if secrets[name] is None else str(secrets[name])
+        if not NAME.match(str(name)):
+            raise SecretSpecError(f"sturdy_secrets name {name!r} is not usable as an environment variable name")
+        if any(ord(c) < 32 and c != "\t" for c in value) or "\x7f" in value:
+            raise SecretSpecError(
+                f"sturdy_secrets[{name}] contains a line break or control character, which an environment file "
+                "cannot carry: use sturdy_secrets_delivery=credentials (or encrypted_credentials) for keys and "
+                "certificates")
+        quoted = _ESCAPE.sub(r"\\\1", value)
+        lines.append(f'{name}="{quoted}"\n')
+    header = "# Written by sturdy.workers, read by systemd (EnvironmentFile=). The next deploy replaces it.\n"
+    return header + "".join(lines)

@@ -1,0 +1,262 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: release
+short_description: Install immutable releases, switch C(current) atomically, roll back and prune
+version_added: 0.1.0
+author: sturdy.workers contributors (@sturdy-workers)
+description:
+  - Manages C(<root>/releases/<build_id>/) directories, each one artifact unpacked with its own virtualenv and a
+    C(RELEASE.json), and the links C(<root>/current) and C(<root>/previous) beside them.
+  - O(state=present) installs a release (unpack, C(python3 -m venv), C(pip install --no-index) from the artifact's
+    C(wheelhouse/); no package index is ever contacted) and writes C(RELEASE.json) last. A release directory left by
+    an interrupted install (it still holds C(.sturdy-partial)) is removed and installed again. The same build ID
+    with another checksum is refused. With O(keep), old releases are then pruned.
+  - O(state=current) points C(current) at O(build_id) (a temporary link renamed over the old one), and
+    C(previous) at the release C(current) pointed at before.
+  - O(state=rolled_back) points C(current) at the release C(previous) names (read from the links, never guessed
+    from times), and C(previous) at the release installed before that one. The release rolled back from is kept.
+  - Pruning keeps the O(keep) newest installs (by C(RELEASE.json) install time) and never removes the release of
+    C(current) or C(previous), nor one that a running process uses (its C(/proc/<pid>/cwd) or C(exe) lies inside).
+options:
+  root:
+    description: The app's directory, C(/srv/<app>).
+    type: path
+    required: true
+  state:
+    description: What to do; see the description.
+    type: str
+    choices: [present, current, rolled_back]
+    default: present
+  build_id:
+    description: The release's build ID. Required for O(state=present) and O(state=current).
+    type: str
+  artifact:
+    description:
+      - Path on the host of the release artifact (C(.tar.gz) with C(MANIFEST.json) and C(wheelhouse/)).
+      - Needed only when the release is not installed yet.
+    type: path
+  checksum:
+    description: Expected SHA-256 of O(artifact), hex. Required for O(state=present).
+    type: str
+  commit:
+    description: Source commit recorded in C(RELEASE.json); defaults to the manifest's C(commit).
+    type: str
+    default: ""
+  python:
+    description: The interpreter the release's virtualenv is made from.
+    type: path
+    default: /usr/bin/python3
+  keep:
+    description: With O(state=present), the number of newest releases to keep; C(0) prunes nothing.
+    type: int
+    default: 0
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would be installed, switched or removed, and changes nothing.
+  diff_mode:
+    support: full
+    description: Shows the links and the set of releases before and after.
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - Run as root; reading other users' C(/proc/<pid>/cwd) needs it.
+  - A virtualenv's C(bin/python) is a link to the system interpreter, so C(/proc/<pid>/exe) of a Python process
+    points outside the release; its working directory is what ties it to one. Units should set
+    C(WorkingDirectory=<root>/current), which the kernel resolves to the release at start.
+"""
+
+EXAMPLES = r"""
+- name: Install build 2026.11.29-1 and keep the five newest releases
+  sturdy.workers.release:
+    root: /srv/shop
+    build_id: 2026.11.29-1
+    artifact: /srv/shop/.incoming/shop-2026.11.29-1.tar.gz
+    checksum: "{{ lookup('ansible.builtin.file', 'dist/shop-2026.11.29-1.tar.gz.sha256').split()[0] }}"
+    keep: 5
+
+- name: Switch current to it
+  sturdy.workers.release:
+    root: /srv/shop
+    state: current
+    build_id: 2026.11.29-1
+
+- name: Roll back to the previous release
+  sturdy.workers.release:
+    root: /srv/shop
+    state: rolled_back
+  register: rollback
+"""
+
+RETURN = r"""
+build_id:
+  description: The release installed or switched to; after a rollback, the release C(current) now names.
+  returned: always
+  type: str
+  sample: 2026.11.29-1
+path:
+  description: Directory of that release.
+  returned: always
+  type: str
+  sample: /srv/shop/releases/2026.11.29-1
+current:
+  description: Build ID C(current) points at afterwards (none when there is no link).
+  returned: always
+  type: str
+previous:
+  description: Build ID C(previous) points at afterwards (none when there is no link).
+  returned: always
+  type: str
+rolled_back_from:
+  description: With O(state=rolled_back), the build C(current) pointed at before; its release is kept.
+  returned: when state is rolled_back
+  type: str
+releases:
+  description: The complete releases afterwards, oldest install first, with C(build_id), C(installed_at), C(checksum).
+  returned: always
+  type: list
+  elements: dict
+removed:
+  description: Releases pruned, and directories of interrupted installs removed.
+  returned: always
+  type: list
+  elements: str
+in_use:
+  description: Build ID to the PIDs of processes whose working directory or executable lies inside that release.
+  returned: always
+  type: dict
+  sample: {"2026.11.28-7": [812, 813]}
+"""
+
+import os
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
+    BUILD_ID,
+    Layout,
+    ReleaseError,
+    check_slot,
+    in_use,
+    install,
+    installed,
+    partial,
+    prune_plan,
+    release_state,
+    replace_link,
+)
+
+
+def describe(current: str | None, previous: str | None, releases: list[str]) -> str:
+    return "".join([f"current -> {current}\n", f"previous -> {previous}\n"] + [f"release {r}\n" for r in releases])
+
+
+def run(module: AnsibleModule, layout: Layout) -> dict:
+    p = module.params
+    state, build_id, check = p["state"], p["build_id"], module.check_mode
+    current, previous = layout.link_target(layout.current), layout.link_target(layout.previous)
+    releases = [r["build_id"] for r in installed(layout)]
+    result: dict = {"changed": False, "removed": [], "diff": {"before": describe(current, previous, releases)}}
+
+    if state in ("present", "current"):
+        if not build_id or not BUILD_ID.match(build_id):
+            raise ReleaseError(f"build_id={build_id!r}: use letters, digits and . _ + - (for example 2026.11.29-1)")
+
+    if state == "present":
+        if not p["checksum"]:
+            raise ReleaseError("checksum is required with state=present (the artifact's SHA-256)")
+        for name in partial(layout):
+            # An install that was interrupted; whatever it left is not trusted.
+            result["removed"].append(name)
+            if not check:
+                shutil.rmtree(layout.release(name))
+        slot = check_slot(layout, build_id, p["checksum"].lower())
+        if slot != "installed" and not (check and slot == "partial"):
+            result["changed"] = True
+            if not check:
+                if not p["artifact"] or not os.path.isfile(p["artifact"]):
+                    raise ReleaseError(f"artifact {p['artifact']} not found on the host; copy it there first")
+                os.makedirs(layout.releases, 0o755, exist_ok=True)
+                install(layout, build_id, p["artifact"], p["checksum"].lower(), p["commit"], p["python"])
+        plan = installed(layout)
+        if build_id not in [r["build_id"] for r in plan]:
+            plan.append({"build_id": build_id})  # check mode: where the install would go, newest
+        if p["keep"] > 0:
+            protected = {current, previous, build_id, *in_use(layout)}
+            for name in prune_plan(plan, p["keep"], protected):
+                result["removed"].append(name)
+                if not check:
+                    shutil.rmtree(layout.release(name))
+        releases = [r["build_id"] for r in plan if r["build_id"] not in result["removed"]]
+        result["changed"] = result["changed"] or bool(result["removed"])
+
+    elif state == "current":
+        # In check mode the release may be one the same run would install first.
+        if release_state(layout, build_id) != "installed" and not check:
+            raise ReleaseError(f"build {build_id} is not installed under {layout.releases}/: install it with the "
+                               "sturdy.workers.release role (state=present) before switching to it")
+        if current != build_id:
+            result["changed"] = True
+            if not check:
+                if current:
+                    replace_link(layout.previous, os.path.join("releases", current))
+                replace_link(layout.current, os.path.join("releases", build_id))
+            previous, current = current or previous, build_id
+
+    else:  # rolled_back
+        bad, good = current, previous
+        if not good or good == bad:
+            raise ReleaseError(f"{layout.previous} does not name a release to go back to (current is {bad}): "
+                               "deploy the build you want with sturdy_build_id=<build>")
+        if release_state(layout, good) != "installed":
+            raise ReleaseError(f"previous points at build {good}, which is not a complete release under "
+                               f"{layout.releases}/: deploy the build you want with sturdy_build_id=<build>")
+        # The new previous: the newest release installed before the one we go back to.
+        before_good = [b for b in releases[: releases.index(good)] if b != bad]
+        result.update(changed=True, rolled_back_from=bad)
+        build_id, current, previous = good, good, (before_good[-1] if before_good else None)
+        if not check:
+            replace_link(layout.current, os.path.join("releases", good))
+            if previous:
+                replace_link(layout.previous, os.path.join("releases", previous))
+            else:
+                os.unlink(layout.previous)
+    result["diff"]["after"] = describe(current, previous, releases)
+    return result | {"build_id": build_id, "path": layout.release(build_id), "current": current, "previous": previous}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["present", "current", "rolled_back"], "default": "present"},
+            "build_id": {"type": "str"},
+            "artifact": {"type": "path"},
+            "checksum": {"type": "str", "no_log": False},
+            "commit": {"type": "str", "default": ""},
+            "python": {"type": "path", "default": "/usr/bin/python3"},
+            "keep": {"type": "int", "default": 0},
+        },
+        required_if=[("state", "present", ["build_id", "checksum"]), ("state", "current", ["build_id"])],
+        supports_check_mode=True,
+    )
+    layout = Layout(module.params["root"])
+    try:
+        result = run(module, layout)
+        result.update(releases=installed(layout), in_use=in_use(layout))
+    except (ReleaseError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    if not (module._diff and result["changed"]):
+        del result["diff"]
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import tarfile
+
+import pytest
+
+from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
+    PARTIAL_MARKER,
+    Layout,
+    ReleaseError,
+    check_slot,
+    in_use,
+    install,
+    installed,
+    prune_plan,
+    release_state,
+    replace_link,
+    unpack,
+)
+
+
+def make_artifact(path, build_id="b1", extra=(), manifest=None):
+    manifest = manifest if manifest is not None else {"build_id": build_id, "install": ["app==1.0"], "commit": "c0ffee"}
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data, kind in [("MANIFEST.json", json.dumps(manifest).encode(), tarfile.REGTYPE),
+                                 ("bin/app", b"#!/bin/sh\n", tarfile.REGTYPE), *extra]:
+            entry = tarfile.TarInfo(name)
+            entry.type = kind
+            entry.mode = 0o777 if name.startswith("bin/") else 0o666
+            if kind == tarfile.SYMTYPE:
+                entry.linkname = data.decode()
+                tar.addfile(entry)
+            else:
+                entry.size = len(data)
+                tar.addfile(entry, io.BytesIO(data))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def ok_runner(calls):
+    def run(argv, env):
+        calls.append((argv, env))
+        return 0, "", ""
+    return run
+
+
+def test_install_writes_release_json_last_and_builds_the_venv_offline(tmp_path):
+    layout = Layout(str(tmp_path / "srv"))
+    artifact = tmp_path / "a.tar.gz"
+    checksum = make_artifact(artifact)
+    calls = []
+    info = install(layout, "b1", str(artifact), checksum, "", "/usr/bin/python3", ok_runner(calls))
+    release = tmp_path / "srv" / "releases" / "b1"
+    assert json.loads((release / "RELEASE.json").read_text()) == info
+    assert info["checksum"] == checksum and info["commit"] == "c0ffee"
+    assert not (release / PARTIAL_MARKER).exists()
+    assert oct((release / "bin" / "app").stat().st_mode & 0o777) == "0o755"
+    assert oct((release / "MANIFEST.json").stat().st_mode & 0o777) == "0o644"
+    pip = calls[1][0]
+    assert pip[-3:] == ["--find-links", str(release / "wheelhouse"), "app==1.0"] and "--no-index" in pip
+    assert calls[1][1]["PIP_NO_INDEX"] == "1" and calls[1][1]["PIP_CONFIG_FILE"] == os.devnull
+    assert release_state(layout, "b1") == "installed"
+
+
+def test_a_failed_venv_leaves_the_partial_marker_and_shows_pip_output(tmp_path):
+    layout = Layout(str(tmp_path / "srv"))
+    artifact = tmp_path / "a.tar.gz"
+    checksum = make_artifact(artifact)
+    calls = []
+
+    def failing(argv, env):
+        calls.append(argv)
+        return (0, "", "") if len(calls) == 1 else (1, "", "ERROR: No matching distribution found for app==1.0\n")
+
+    with pytest.raises(ReleaseError, match="No matching distribution found for app==1.0"):
+        install(layout, "b1", str(artifact), checksum, "", "/usr/bin/python3", failing)
+    assert release_state(layout, "b1") == "partial"
+    assert not (tmp_path / "srv" / "releases" / "b1" / "RELEASE.json").exists()
+
+
+def test_install_refuses_a_damaged_copy_before_writing_anything(tmp_path):
+    layout = Layout(str(tmp_path / "srv"))
+    artifact = tmp_path / "a.tar.gz"
+    make_artifact(artifact)
+    with pytest.raises(ReleaseError, match="damaged"):
+        install(layout, "b1", str(artifact), "0" * 64, "", "/usr/bin/python3", ok_runner([]))
+    assert release_state(layout, "b1") == "absent"
+
+
+@pytest.mark.parametrize("manifest, message", [
+    ({"build_id": "other", "install": ["app"]}, "is build 'other', not sturdy_build_id='b1'"),
+    ({"build_id": "b1"}, "needs 'install'"),
+    ({"build_id": "b1", "install": ["app; rm -rf /"]}, "needs 'install'"),
+])
+def test_the_manifest_must_name_the_build_and_what_to_install(tmp_path, manifest, message):
+    artifact = tmp_path / "a.tar.gz"
+    checksum = make_artifact(artifact, manifest=manifest)
+    with pytest.raises(ReleaseError, match=message):
+        install(Layout(str(tmp_path / "srv")), "b1", str(artifact), checksum, "", "/usr/bin/python3", ok_runner([]))
+
+
+@pytest.mark.parametrize("entry", [("../evil", b"x", tarfile.REGTYPE), ("bin/link", b"/etc/shadow", tarfile.SYMTYPE)])
+def test_unpack_refuses_entries_outside_the_release_and_links(tmp_path, entry):
+    artifact = tmp_path / "a.tar.gz"
+    make_artifact(artifact, extra=[entry])
+    with pytest.raises(ReleaseError, match="not a plain file or directory"):
+        unpack(str(artifact), str(tmp_path / "dest"))
+    assert not (tmp_path / "evil").exists()
+
+
+def test_same_build_id_with_another_checksum_is_refused(tmp_path):
+    layout = Layout(str(tmp_path))
+    release = tmp_path / "releases" / "b1"
+    release.mkdir(parents=True)
+    (release / "RELEASE.json").write_text(json.dumps({"checksum": "aa"}))
+    assert check_slot(layout, "b1", "aa") == "installed"
+    with pytest.raises(ReleaseError, match="A build ID names one artifact forever"):
+        check_slot(layout, "b1", "bb")
+
+
+def test_a_directory_without_release_json_is_not_ours(tmp_path):
+    (tmp_path / "releases" / "b1").mkdir(parents=True)
+    with pytest.raises(ReleaseError, match="not installed by sturdy.workers"):
+        check_slot(Layout(str(tmp_path)), "b1", "aa")
+
+
+def test_replace_link_switches_atomically_and_link_target_reads_the_build(tmp_path):
+    layout = Layout(str(tmp_path))
+    replace_link(layout.current, "releases/b1")
+    replace_link(layout.current, "releases/b2")
+    assert os.readlink(layout.current) == "releases/b2"
+    assert layout.link_target(layout.current) == "b2"
+    assert layout.link_target(layout.previous) is None
+    assert [p.name for p in tmp_path.iterdir()] == ["current"]  # no temporary link left behind
+
+
+def test_a_link_outside_the_releases_is_reported(tmp_path):
+    os.symlink("/opt/somewhere", tmp_path / "current")
+    with pytest.raises(ReleaseError, match="not a release under"):
+        Layout(str(tmp_path)).link_target(str(tmp_path / "current"))
+
+
+def test_prune_keeps_the_newest_and_every_protected_release():
+    releases = [{"build_id": f"b{i}"} for i in range(1, 7)]  # oldest first
+    assert prune_plan(releases, 2, set()) == ["b4", "b3", "b2", "b1"]
+    assert prune_plan(releases, 2, {"b1", "b3"}) == ["b4", "b2"]
+    assert prune_plan(releases, 10, set()) == []
+
+
+def test_installed_orders_by_install_time_not_name(tmp_path):
+    for build, when in [("b9", "2026-01-02"), ("b10", "2026-01-03"), ("a1", "2026-01-01")]:
+        (tmp_path / "releases" / build).mkdir(parents=True)
+        (tmp_path / "releases" / build / "RELEASE.json").write_text(json.dumps({"installed_at": when}))
+    (tmp_path / "releases" / "b11").mkdir()
+    (tmp_path / "releases" / "b11" / PARTIAL_MARKER).write_text("")
+    assert [r["build_id"] for r in installed(Layout(str(tmp_path)))] == ["a1", "b9", "b10"]
+
+
+def test_in_use_finds_a_process_running_inside_a_release(tmp_path):
+    release = tmp_path / "releases" / "b1"
+    release.mkdir(parents=True)
+    proc = subprocess.Popen(["sleep", "30"], cwd=release)
+    try:
+        assert proc.pid in in_use(Layout(str(tmp_path)))["b1"]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "b1" not in in_use(Layout(str(tmp_path)))
