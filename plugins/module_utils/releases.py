@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 from typing import Callable
 
@@ -122,21 +121,27 @@ def check_slot(layout: Layout, build_id: str, checksum: str) -> str:
     return state
 
 
-def in_use(layout: Layout, proc: str = "/proc") -> dict[str, list[int]]:
-    """Build ID -> PIDs of processes whose working directory or executable lies inside that release."""
+def in_use(layout: Layout, proc: str = "/proc", readlink: Callable[[str], str] = os.readlink,
+           ) -> tuple[dict[str, list[int]], list[int]]:
+    """Build ID -> PIDs of processes whose working directory or executable lies inside that release, and the
+    PIDs whose links could not be read (without CAP_SYS_PTRACE, root cannot read other users' links)."""
     prefix = os.path.realpath(layout.releases) + os.sep
     users: dict[str, set[int]] = {}
+    unreadable: set[int] = set()
     for entry in os.listdir(proc):
         if not entry.isdigit():
             continue
         for link in ("cwd", "exe"):
             try:
-                target = os.readlink(os.path.join(proc, entry, link))
-            except OSError:  # gone, a kernel thread, or not ours to read
+                target = readlink(os.path.join(proc, entry, link))
+            except PermissionError:
+                unreadable.add(int(entry))
+                continue
+            except OSError:  # gone, or a kernel thread
                 continue
             if target.startswith(prefix):
                 users.setdefault(target[len(prefix):].split(os.sep, 1)[0], set()).add(int(entry))
-    return {build: sorted(pids) for build, pids in users.items()}
+    return {build: sorted(pids) for build, pids in users.items()}, sorted(unreadable)
 
 
 def prune_plan(releases: list[dict], keep: int, protected: set[str]) -> list[str]:
@@ -198,11 +203,9 @@ Runner = Callable[[list[str], dict], tuple[int, str, str]]
 
 
 def offline_env() -> dict:
-    """pip with no index and no user or site configuration that could name one."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1",
-               PIP_NO_CACHE_DIR="1", PIP_NO_INPUT="1")
-    return env
+    """Environment for pip: no index, and no user or site configuration that could name one."""
+    return {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PIP_NO_CACHE_DIR": "1", "PIP_NO_INPUT": "1"}
 
 
 def build_venv(dest: str, python: str, install: list[str], run: Runner) -> None:
@@ -220,13 +223,8 @@ def build_venv(dest: str, python: str, install: list[str], run: Runner) -> None:
                                f"every dependency must be a wheel in the artifact's wheelhouse/:\n{tail}")
 
 
-def subprocess_runner(argv: list[str], env: dict) -> tuple[int, str, str]:
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 def install(layout: Layout, build_id: str, artifact: str, checksum: str, commit: str, python: str,
-            run: Runner = subprocess_runner) -> dict:
+            run: Runner) -> dict:
     """Unpack `artifact` into releases/<build_id>, build its venv offline, write RELEASE.json last."""
     actual = sha256_file(artifact)
     if actual != checksum:

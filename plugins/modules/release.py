@@ -65,6 +65,7 @@ attributes:
   platform:
     support: full
     platforms: posix
+    description: Needs Python's venv and pip (Debian's C(python3-venv)) on the host.
 notes:
   - Run as root; reading other users' C(/proc/<pid>/cwd) needs it.
   - A virtualenv's C(bin/python) is a link to the system interpreter, so C(/proc/<pid>/exe) of a Python process
@@ -184,13 +185,21 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
                 if not p["artifact"] or not os.path.isfile(p["artifact"]):
                     raise ReleaseError(f"artifact {p['artifact']} not found on the host; copy it there first")
                 os.makedirs(layout.releases, 0o755, exist_ok=True)
-                install(layout, build_id, p["artifact"], p["checksum"].lower(), p["commit"], p["python"])
+                install(layout, build_id, p["artifact"], p["checksum"].lower(), p["commit"], p["python"],
+                        lambda argv, env: module.run_command(argv, environ_update=env))
         plan = installed(layout)
         if build_id not in [r["build_id"] for r in plan]:
             plan.append({"build_id": build_id})  # check mode: where the install would go, newest
         if p["keep"] > 0:
-            protected = {current, previous, build_id, *in_use(layout)}
-            for name in prune_plan(plan, p["keep"], protected):
+            users, unreadable = in_use(layout)
+            candidates = prune_plan(plan, p["keep"], {current, previous, build_id, *users})
+            if candidates and unreadable:
+                # Not knowing whether a process runs from a release is not a reason to delete it.
+                module.warn(f"Pruned nothing: could not read /proc/<pid>/cwd and exe of {len(unreadable)} processes "
+                            f"(PIDs {', '.join(map(str, unreadable[:10]))}), so releases {', '.join(candidates)} may be "
+                            "in use. Run as root with CAP_SYS_PTRACE (become: true on a normal host).")
+                candidates = []
+            for name in candidates:
                 result["removed"].append(name)
                 if not check:
                     shutil.rmtree(layout.release(name))
@@ -250,7 +259,7 @@ def main():
     layout = Layout(module.params["root"])
     try:
         result = run(module, layout)
-        result.update(releases=installed(layout), in_use=in_use(layout))
+        result.update(releases=installed(layout), in_use=in_use(layout)[0])
     except (ReleaseError, OSError) as exc:
         module.fail_json(msg=str(exc))
     if not (module._diff and result["changed"]):

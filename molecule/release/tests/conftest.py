@@ -73,6 +73,11 @@ def deploy(host, build: str, *args: str, **extra) -> subprocess.CompletedProcess
     return result
 
 
+def said(result: subprocess.CompletedProcess) -> str:
+    """The play's output with whitespace collapsed: the yaml callback wraps long messages."""
+    return " ".join((result.stdout + result.stderr).split())
+
+
 def recap(result: subprocess.CompletedProcess) -> dict[str, int]:
     line = next(line for line in result.stdout.splitlines() if " : ok=" in line)
     return {k: int(v) for k, v in (pair.split("=") for pair in line.split(" : ", 1)[1].split())}
@@ -88,7 +93,7 @@ def releases(host) -> list[str]:
 
 def task(host, key: str, timeout: int = 60) -> dict:
     """Enqueue a task as a producer would and return the worker's answer (build ID, host, pid)."""
-    out = host.run("shop-task %s value-%s %s", key, key, timeout)
+    out = host.run("shop-task %s value-%s %s", key, key, str(timeout))
     assert out.rc == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 
@@ -99,8 +104,8 @@ def health(host) -> dict:
         "timeout=5).read().decode())'"))
 
 
-def main_pid(host, unit: str) -> int:
-    return int(host.check_output("systemctl show -P MainPID %s", unit))
+def main_pid(host, unit: str) -> str:
+    return host.check_output("systemctl show -P MainPID %s", unit)
 
 
 def invocations(host) -> dict[str, str]:

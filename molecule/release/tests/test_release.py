@@ -24,6 +24,7 @@ from conftest import (
     play,
     recap,
     releases,
+    said,
     secret_values,
     snapshot,
     task,
@@ -78,6 +79,17 @@ def test_a_task_enqueued_by_a_producer_is_processed_by_build_1(host):
     assert health(host) == {"status": "ok", "build_id": V1}
 
 
+def test_every_process_stops_on_sigterm_well_within_its_stop_timeout(host):
+    # A process that ignores SIGTERM turns each rolling restart into a wait for TimeoutStopSec and a SIGKILL.
+    for unit in ("shop-web@1.service", "shop-worker@1.service"):
+        host.check_output("systemctl stop %s", unit)
+        props = host.check_output("systemctl show -p Result,ExecMainStatus %s", unit)
+        host.check_output("systemctl start %s", unit)
+        assert "Result=success" in props, (unit, props)
+        took = host.check_output("journalctl -u %s -n 20 -o cat | grep -c 'timed out. Killing' || true", unit)
+        assert took == "0", unit
+
+
 def test_secret_files_have_the_owner_and_mode_of_their_delivery(host):
     if delivery(host) == "env_file":
         env = host.file("/etc/shop/shop.env")
@@ -124,7 +136,7 @@ def refused(host, playbook="converge.yml", **extra) -> str:
     result = play(host, playbook, **extra)
     assert result.returncode != 0, result.stdout[-3000:]
     assert snapshot(host) == before
-    return result.stdout
+    return said(result)
 
 
 def test_a_missing_required_secret_is_refused_by_name(host):
@@ -160,7 +172,7 @@ def test_check_mode_previews_build_2_and_changes_nothing(host):
     before = snapshot(host)
     result = play(host, "converge.yml", "--check", "--diff", sturdy_build_id=V2, sturdy_artifact=artifact(V2))
     assert result.returncode == 0, result.stdout[-4000:]
-    assert f"current -> {V2}" in result.stdout
+    assert f"current -> {V2}" in said(result)
     assert snapshot(host) == before
 
 
@@ -186,7 +198,7 @@ def test_deploying_the_same_build_again_changes_nothing(host):
 def test_rollback_points_current_at_build_1_and_restarts_onto_it(host):
     result = play(host, "rollback.yml")
     assert result.returncode == 0, result.stdout[-4000:]
-    assert f"current now points at {V1} (was {V2}" in result.stdout
+    assert f"current now points at {V1} (was {V2}" in said(result)
     assert link(host, "current") == f"releases/{V1}"
     assert V2 in releases(host)  # kept for inspection
     assert health(host)["build_id"] == V1
@@ -263,7 +275,7 @@ def test_pruning_keeps_current_previous_and_releases_in_use(host, old_release_us
 def test_an_interrupted_install_is_cleaned_up_by_the_next_run(host):
     host.check_output("mkdir -p /srv/shop/releases/2026.11.29-9/venv && touch /srv/shop/releases/2026.11.29-9/.sturdy-partial")
     result = deploy(host, V4)
-    assert "2026.11.29-9" in result.stdout  # reported as removed
+    assert "Removed 2026.11.29-9 (interrupted installs" in said(result)
     assert not host.file("/srv/shop/releases/2026.11.29-9").exists
 
 
@@ -274,7 +286,7 @@ def test_no_secret_value_in_ansible_logs_units_systemctl_show_or_journal(host):
     values = secret_values()
     places = {
         "ansible log of the whole run": LOG.read_text() if LOG.exists() else "",
-        "unit files": host.check_output("cat /etc/systemd/system/shop*"),
+        "unit files": host.check_output("cat /etc/systemd/system/shop*.service /etc/systemd/system/shop.target"),
         "systemctl show": host.check_output("systemctl show 'shop*'"),
         "journal": host.check_output("journalctl -b --no-pager -o cat"),
     }

@@ -6,6 +6,7 @@ import argparse
 import json
 import signal
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from shopdemo.settings import BUILD_ID
@@ -33,7 +34,9 @@ def main(argv=None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
     server = ThreadingHTTPServer((args.bind, args.port), Handler)
-    signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
+    # shutdown() waits for serve_forever() to return, and the handler runs on the thread serving: ask
+    # from another thread, or SIGTERM deadlocks until systemd's stop timeout sends SIGKILL.
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"web: build {BUILD_ID} listening on {args.bind}:{args.port}", file=sys.stderr, flush=True)
     server.serve_forever()
     return 0

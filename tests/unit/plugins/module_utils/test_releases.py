@@ -165,8 +165,27 @@ def test_in_use_finds_a_process_running_inside_a_release(tmp_path):
     release.mkdir(parents=True)
     proc = subprocess.Popen(["sleep", "30"], cwd=release)
     try:
-        assert proc.pid in in_use(Layout(str(tmp_path)))["b1"]
+        assert proc.pid in in_use(Layout(str(tmp_path)))[0]["b1"]
     finally:
         proc.kill()
         proc.wait()
-    assert "b1" not in in_use(Layout(str(tmp_path)))
+    assert "b1" not in in_use(Layout(str(tmp_path)))[0]
+
+
+def test_in_use_reports_processes_it_may_not_inspect(tmp_path):
+    # Root without CAP_SYS_PTRACE gets EACCES on other users' /proc/<pid>/cwd; that cannot be set up here.
+    links = {"41/cwd": "/", "41/exe": str(tmp_path / "releases" / "b1" / "venv" / "bin" / "x")}
+
+    def readlink(path):
+        key = "/".join(path.split("/")[-2:])
+        if key.startswith("42/"):
+            raise PermissionError(13, "Permission denied", path)
+        if key not in links:
+            raise FileNotFoundError(path)
+        return links[key]
+
+    for pid in ("41", "42", "43", "self"):
+        (tmp_path / "proc" / pid).mkdir(parents=True)
+    users, unreadable = in_use(Layout(str(tmp_path)), str(tmp_path / "proc"), readlink)
+    assert users == {"b1": [41]}
+    assert unreadable == [42]
