@@ -6,12 +6,14 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-import pytest
-import testinfra.utils.ansible_runner
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
+from testhosts import group_by_host, podman_hosts  # noqa: E402
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
@@ -21,17 +23,11 @@ BUILDS = [f"2026.11.29-{n}" for n in range(1, 5)]
 
 
 def pytest_generate_tests(metafunc):
-    inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
-    if inventory and not hasattr(metafunc.module, "testinfra_hosts"):
-        hosts = testinfra.utils.ansible_runner.AnsibleRunner(inventory).get_hosts("apps")
-        metafunc.module.testinfra_hosts = [f"podman://{h}" for h in hosts]
+    podman_hosts(metafunc, "apps")
 
 
 def pytest_itemcollected(item):
-    # One xdist worker per app host: a host's tests run in order, the two hosts side by side.
-    spec = getattr(item, "callspec", None)
-    if spec and "_testinfra_host" in spec.params:
-        item.add_marker(pytest.mark.xdist_group(spec.params["_testinfra_host"].backend.get_hostname()))
+    group_by_host(item)
 
 
 def declaration() -> dict:

@@ -5,32 +5,26 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-import testinfra.utils.ansible_runner
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
+from testhosts import group_by_host, podman_hosts  # noqa: E402
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 
 
 def pytest_generate_tests(metafunc):
-    # Talk to the containers through podman directly; the default ansible backend costs one
-    # ansible-playbook round trip per command (10x slower).
-    inventory = os.environ.get("MOLECULE_INVENTORY_FILE")
-    if inventory and not hasattr(metafunc.module, "testinfra_hosts"):
-        hosts = testinfra.utils.ansible_runner.AnsibleRunner(inventory).get_hosts("all")
-        metafunc.module.testinfra_hosts = [f"podman://{h}" for h in hosts]
+    podman_hosts(metafunc, "all")
 
 
 def pytest_itemcollected(item):
-    # One xdist worker per test host (--dist loadgroup): tests on one host run in order, the hosts
-    # side by side. Marked as each item is collected, before xdist reads the groups.
-    spec = getattr(item, "callspec", None)
-    if spec and "_testinfra_host" in spec.params:
-        item.add_marker(pytest.mark.xdist_group(spec.params["_testinfra_host"].backend.get_hostname()))
+    group_by_host(item)
 
 
 def declaration() -> dict:
