@@ -31,7 +31,7 @@ class Layout:
     """Where one app's releases and links live."""
 
     def __init__(self, root: str):
-        self.root = root
+        self.root = os.path.normpath(root)
         self.releases = os.path.join(root, "releases")
         self.current = os.path.join(root, "current")
         self.previous = os.path.join(root, "previous")
@@ -75,7 +75,8 @@ def release_state(layout: Layout, build_id: str) -> str:
     path = layout.release(build_id)
     if not os.path.lexists(path):
         return "absent"
-    if os.path.exists(os.path.join(path, PARTIAL_MARKER)):
+    # An empty directory is an install interrupted before it could write its marker.
+    if os.path.exists(os.path.join(path, PARTIAL_MARKER)) or (os.path.isdir(path) and not os.listdir(path)):
         return "partial"
     if os.path.isdir(path) and not os.path.islink(path) and os.path.isfile(os.path.join(path, RELEASE_FILE)):
         return "installed"
@@ -170,7 +171,7 @@ def unpack(artifact: str, dest: str) -> None:
     with tarfile.open(artifact, "r:gz") as tar:
         for member in tar.getmembers():
             name = os.path.normpath(member.name)
-            if name.startswith(("/", "..")) or not (member.isfile() or member.isdir()):
+            if name.startswith("/") or name == ".." or name.startswith("../") or not (member.isfile() or member.isdir()):
                 raise ReleaseError(f"{artifact}: entry {member.name!r} is not a plain file or directory inside the "
                                    "release; rebuild the artifact without links, devices or absolute paths")
             path = os.path.join(dest, name)
@@ -212,7 +213,8 @@ def build_venv(dest: str, python: str, install: list[str], run: Runner) -> None:
     venv = os.path.join(dest, "venv")
     steps = [
         [python, "-m", "venv", venv],
-        [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--no-index",
+        # Wheels only: building an sdist would run the artifact's build code as root, and need a compiler.
+        [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--no-index", "--only-binary=:all:",
          "--find-links", os.path.join(dest, "wheelhouse"), *install],
     ]
     for argv in steps:

@@ -66,7 +66,8 @@ def parse_show(text: str) -> list[dict[str, str]]:
             continue
         key, sep, value = line.partition("=")
         if sep:
-            current[key] = value
+            # Some properties come one line per value (EnvironmentFiles=, one per file): keep them all.
+            current[key] = f"{current[key]}\n{value}" if key in current else value
     if current:
         blocks.append(current)
     return blocks

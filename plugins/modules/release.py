@@ -19,7 +19,8 @@ description:
   - O(state=current) points C(current) at O(build_id) (a temporary link renamed over the old one), and
     C(previous) at the release C(current) pointed at before.
   - O(state=rolled_back) points C(current) at the release C(previous) names (read from the links, never guessed
-    from times), and C(previous) at the release installed before that one. The release rolled back from is kept.
+    from times) and removes C(previous); the release rolled back from is kept. A second rollback fails, with a
+    message saying that the release which ran before is not recorded, so deploy the build wanted instead.
   - Pruning keeps the O(keep) newest installs (by C(RELEASE.json) install time) and never removes the release of
     C(current) or C(previous), nor one that a running process uses (its C(/proc/<pid>/cwd) or C(exe) lies inside).
 options:
@@ -227,16 +228,13 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
         if release_state(layout, good) != "installed":
             raise ReleaseError(f"previous points at build {good}, which is not a complete release under "
                                f"{layout.releases}/: deploy the build you want with sturdy_build_id=<build>")
-        # The new previous: the newest release installed before the one we go back to.
-        before_good = [b for b in releases[: releases.index(good)] if b != bad]
+        # previous goes: which release ran before `good` is not recorded, and an install that never went live
+        # must not become a rollback target. A second rollback names its build (deploy it).
         result.update(changed=True, rolled_back_from=bad)
-        build_id, current, previous = good, good, (before_good[-1] if before_good else None)
+        build_id, current, previous = good, good, None
         if not check:
             replace_link(layout.current, os.path.join("releases", good))
-            if previous:
-                replace_link(layout.previous, os.path.join("releases", previous))
-            else:
-                os.unlink(layout.previous)
+            os.unlink(layout.previous)
     result["diff"]["after"] = describe(current, previous, releases)
     return result | {"build_id": build_id, "path": layout.release(build_id), "current": current, "previous": previous}
 

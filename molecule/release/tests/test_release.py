@@ -212,6 +212,7 @@ def test_rollback_points_current_at_build_1_and_restarts_onto_it(host):
     assert result.returncode == 0, result.stdout[-4000:]
     assert f"current now points at {V1} (was {V2}" in said(result)
     assert link(host, "current") == f"releases/{V1}"
+    assert link(host, "previous") == ""  # a second rollback must name its build
     assert V2 in releases(host)  # kept for inspection
     assert health(host)["build_id"] == V1
     assert task(host, f"rollback-{host.backend.get_hostname()}")["build_id"] == V1

@@ -61,7 +61,8 @@ def test_install_writes_release_json_last_and_builds_the_venv_offline(tmp_path):
     assert oct((release / "bin" / "app").stat().st_mode & 0o777) == "0o755"
     assert oct((release / "MANIFEST.json").stat().st_mode & 0o777) == "0o644"
     pip = calls[1][0]
-    assert pip[-3:] == ["--find-links", str(release / "wheelhouse"), "app==1.0"] and "--no-index" in pip
+    assert pip[-3:] == ["--find-links", str(release / "wheelhouse"), "app==1.0"]
+    assert "--no-index" in pip and "--only-binary=:all:" in pip
     assert calls[1][1]["PIP_NO_INDEX"] == "1" and calls[1][1]["PIP_CONFIG_FILE"] == os.devnull
     assert release_state(layout, "b1") == "installed"
 
@@ -124,8 +125,21 @@ def test_same_build_id_with_another_checksum_is_refused(tmp_path):
 
 def test_a_directory_without_release_json_is_not_ours(tmp_path):
     (tmp_path / "releases" / "b1").mkdir(parents=True)
+    (tmp_path / "releases" / "b1" / "app.py").write_text("")
     with pytest.raises(ReleaseError, match="not installed by sturdy.workers"):
         check_slot(Layout(str(tmp_path)), "b1", "aa")
+
+
+def test_an_empty_release_directory_is_an_interrupted_install(tmp_path):
+    (tmp_path / "releases" / "b1").mkdir(parents=True)
+    assert release_state(Layout(str(tmp_path) + "/"), "b1") == "partial"
+
+
+def test_unpack_accepts_names_that_merely_start_with_two_dots(tmp_path):
+    artifact = tmp_path / "a.tar.gz"
+    make_artifact(artifact, extra=[("..data/x", b"x", tarfile.REGTYPE)])
+    unpack(str(artifact), str(tmp_path / "dest"))
+    assert (tmp_path / "dest" / "..data" / "x").read_bytes() == b"x"
 
 
 def test_replace_link_switches_atomically_and_link_target_reads_the_build(tmp_path):

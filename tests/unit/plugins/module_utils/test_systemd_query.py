@@ -39,6 +39,14 @@ def test_parse_show_splits_units():
     ]
 
 
+def test_parse_show_keeps_every_line_of_a_repeated_property():
+    # systemctl prints EnvironmentFiles= once per file.
+    text = "Id=a.service\nEnvironmentFiles=/etc/a.env (ignore_errors=no)\nEnvironmentFiles=/etc/b.env (ignore_errors=yes)\n"
+    props = parse_show(text)[0]
+    assert props["EnvironmentFiles"] == "/etc/a.env (ignore_errors=no)\n/etc/b.env (ignore_errors=yes)"
+    assert definition_paths(props) == ["/etc/a.env", "/etc/b.env"]
+
+
 def test_parse_show_keeps_values_with_equals_signs_and_empty_values():
     assert parse_show("Id=a.service\nEnvironment=A=1 B=2\nResult=\n") == [
         {"Id": "a.service", "Environment": "A=1 B=2", "Result": ""}
@@ -109,7 +117,7 @@ RUNNING = {
     "ExecMainStartTimestampMonotonic": "100000000",  # 100 s after boot
     "FragmentPath": "/etc/systemd/system/shop-worker@.service",
     "DropInPaths": "/etc/systemd/system/shop-worker@.service.d/10-x.conf",
-    "EnvironmentFiles": "/etc/shop/shop.env (ignore_errors=no) /etc/shop/extra.env (ignore_errors=yes)",
+    "EnvironmentFiles": "/etc/shop/shop.env (ignore_errors=no)\n/etc/shop/extra.env (ignore_errors=yes)",
 }
 
 
