@@ -83,27 +83,27 @@ def release_state(layout: Layout, build_id: str) -> str:
     return "foreign"
 
 
-def installed(layout: Layout) -> list[dict]:
-    """Every complete release, oldest install first."""
-    found = []
+def _in_state(layout: Layout, state: str) -> list[str]:
     try:
         names = os.listdir(layout.releases)
     except FileNotFoundError:
         return []
-    for name in names:
-        if BUILD_ID.match(name) and release_state(layout, name) == "installed":
-            info = read_json(os.path.join(layout.release(name), RELEASE_FILE)) or {}
-            found.append({"build_id": name, "installed_at": str(info.get("installed_at", "")),
-                          "checksum": info.get("checksum", "")})
+    return sorted(n for n in names if BUILD_ID.match(n) and release_state(layout, n) == state)
+
+
+def installed(layout: Layout) -> list[dict]:
+    """Every complete release, oldest install first."""
+    found = []
+    for name in _in_state(layout, "installed"):
+        info = read_json(os.path.join(layout.release(name), RELEASE_FILE)) or {}
+        found.append({"build_id": name, "installed_at": str(info.get("installed_at", "")),
+                      "checksum": info.get("checksum", "")})
     return sorted(found, key=lambda r: (r["installed_at"], r["build_id"]))
 
 
 def partial(layout: Layout) -> list[str]:
-    try:
-        names = os.listdir(layout.releases)
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if BUILD_ID.match(n) and release_state(layout, n) == "partial")
+    """Directories of interrupted installs."""
+    return _in_state(layout, "partial")
 
 
 def check_slot(layout: Layout, build_id: str, checksum: str) -> str:

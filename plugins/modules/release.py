@@ -180,7 +180,7 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
             if not check:
                 shutil.rmtree(layout.release(name))
         slot = check_slot(layout, build_id, p["checksum"].lower())
-        if slot != "installed" and not (check and slot == "partial"):
+        if slot != "installed":
             result["changed"] = True
             if not check:
                 if not p["artifact"] or not os.path.isfile(p["artifact"]):
