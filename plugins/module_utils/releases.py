@@ -225,6 +225,47 @@ def build_venv(dest: str, python: str, install: list[str], run: Runner) -> None:
                                f"every dependency must be a wheel in the artifact's wheelhouse/:\n{tail}")
 
 
+AGENT_MODULE = "sturdy_agent.py"
+# A .pth line starting with `import` runs at interpreter start: the agent hooks in only where the unit sets
+# STURDY_AGENT, so the app's code needs no change.
+AGENT_PTH = ("sturdy_agent.pth", "import sturdy_agent\n")
+
+
+def site_packages(release: str) -> str:
+    """The site-packages directory of a release's venv."""
+    lib = os.path.join(release, "venv", "lib")
+    found = sorted(d for d in os.listdir(lib) if d.startswith("python")) if os.path.isdir(lib) else []
+    if not found:
+        raise ReleaseError(f"{release} has no venv/lib/python*/: the release is incomplete; remove it and deploy again")
+    return os.path.join(lib, found[-1], "site-packages")
+
+
+def agent_changes(release: str, source: str) -> dict[str, str]:
+    """The agent files of a release that are missing or differ from `source`: path -> content."""
+    where = site_packages(release)
+    wanted = {os.path.join(where, AGENT_MODULE): source if source.endswith("\n") else source + "\n",
+              os.path.join(where, AGENT_PTH[0]): AGENT_PTH[1]}
+    changes = {}
+    for path, content in wanted.items():
+        try:
+            with open(path, encoding="utf-8") as fh:
+                if fh.read() == content:
+                    continue
+        except OSError:
+            pass
+        changes[path] = content
+    return changes
+
+
+def write_file(path: str, content: str, mode: int = 0o644) -> None:
+    """Write by rename, so a reader never sees half a file."""
+    tmp = f"{path}.sturdy-tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(content)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
 def install(layout: Layout, build_id: str, artifact: str, checksum: str, commit: str, python: str,
             run: Runner) -> dict:
     """Unpack `artifact` into releases/<build_id>, build its venv offline, write RELEASE.json last."""

@@ -191,3 +191,24 @@ def query(
         for unit_props in result["units"].values():
             unit_props["Outdated"] = is_outdated(unit_props, mtime, offset, read)
     return result
+
+
+# What the crash-loop watch compares while a restarted unit settles.
+WATCH_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID")
+
+
+def crash_signs(started: dict[str, str], now: dict[str, str]) -> str | None:
+    """Why a unit that was started as `started` is not stable in `now`, or None.
+
+    Stable means: still active, the same invocation and main process, and no automatic restart since the
+    deliberate one (a manual restart sets NRestarts to 0).
+    """
+    if now.get("ActiveState") != "active":
+        return (f"it is {now.get('ActiveState')} ({now.get('SubState')}, result {now.get('Result')}), "
+                f"restarted automatically {now.get('NRestarts', '?')} time(s)")
+    if now.get("InvocationID") != started.get("InvocationID") or now.get("NRestarts", "0") != started.get("NRestarts", "0"):
+        return (f"systemd restarted it on its own (NRestarts {started.get('NRestarts')} -> {now.get('NRestarts')}, "
+                f"a new invocation): it crashed and came back, a crash loop")
+    if now.get("MainPID") != started.get("MainPID"):
+        return f"its main process changed ({started.get('MainPID')} -> {now.get('MainPID')}) without a restart by systemd"
+    return None

@@ -144,12 +144,26 @@ def plan_processes(
     """
     backoff = int(systemd_version) >= RESTART_BACKOFF_MIN_SYSTEMD
     margin = int(defaults.get("stop_margin", 0))
+    singleton_here = bool(defaults.get("singleton_here", True))
     planned = []
     for declared in processes:
-        proc = {k: v for k, v in defaults.items() if k != "stop_margin"}
+        proc = {k: v for k, v in defaults.items() if k not in ("stop_margin", "singleton_here")}
         proc.update({k: v for k, v in declared.items() if v is not None})
         name = proc["name"]
         where = f"sturdy_processes[{name}]"
+        if proc.get("singleton"):
+            # A scheduler runs once in the whole deployment: one instance, on one host.
+            if int(proc["instances"]) > 1:
+                raise UnitSpecError(f"{where}: singleton process types run one instance; set instances: 1 or "
+                                    "drop singleton")
+            if not singleton_here:
+                proc["instances"] = 0
+        if proc.get("adapter", "none") == "celery" and not proc.get("celery_app"):
+            raise UnitSpecError(f"{where}: adapter celery needs celery_app, the module of the Celery app as given to "
+                                "`celery -A` (for example celery_app: shop.celery)")
+        proc["watchdog_sec"] = int(proc.get("watchdog_sec") or 0)
+        proc["start_timeout"] = int(proc.get("start_timeout") or 90)
+        proc["readiness_http"] = (proc.get("readiness") or {}).get("http")
         try:
             proc["exec_start"] = exec_line(proc["command"])
         except UnitSpecError as exc:
@@ -168,6 +182,8 @@ def plan_processes(
         proc["description"] = (proc.get("description") or f"{app} {name}").replace("%", "%%").replace("\n", " ")
         proc["template"] = f"{app}-{name}@.service"
         proc["units"] = _instance_units(app, name, int(proc["instances"]))
+        # What sturdy.workers.rolling_restart needs per instance.
+        proc["restart_specs"] = [{"name": u, "http": proc["readiness_http"]} for u in proc["units"]]
         timing = [int(proc[k]) for k in ("restart_sec", "restart_steps", "restart_max_delay")]
         proc["restart_backoff"] = backoff and delay_grows(*timing)
         delays = restart_delays(*timing, int(proc["start_limit_burst"]), proc["restart_backoff"])

@@ -56,6 +56,12 @@ options:
     description: With O(state=present), the number of newest releases to keep; C(0) prunes nothing.
     type: int
     default: 0
+  agent:
+    description:
+      - With O(state=present), the source of the collection's worker agent. It is written into the release's venv
+        (C(site-packages/sturdy_agent.py) and C(sturdy_agent.pth)) where missing or different, also in a release
+        installed before. It acts only in processes whose unit sets C(STURDY_AGENT).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -129,6 +135,10 @@ removed:
   returned: always
   type: list
   elements: str
+agent_updated:
+  description: With O(agent), whether the agent files of the release were written.
+  returned: when agent is given and the release is installed
+  type: bool
 in_use:
   description: Build ID to the PIDs of processes whose working directory or executable lies inside that release.
   returned: always
@@ -145,6 +155,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     BUILD_ID,
     Layout,
     ReleaseError,
+    agent_changes,
     check_slot,
     in_use,
     install,
@@ -153,6 +164,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     prune_plan,
     release_state,
     replace_link,
+    write_file,
 )
 
 
@@ -204,6 +216,15 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
                 result["removed"].append(name)
                 if not check:
                     shutil.rmtree(layout.release(name))
+        if p["agent"] and release_state(layout, build_id) == "installed":
+            # The collection's worker agent (readiness, smoke queue) in the release's venv; a newer collection
+            # updates it in releases installed before.
+            changes = agent_changes(layout.release(build_id), p["agent"])
+            result["agent_updated"] = bool(changes)
+            result["changed"] = result["changed"] or bool(changes)
+            for path, content in changes.items():
+                if not check:
+                    write_file(path, content)
         releases = [r["build_id"] for r in plan if r["build_id"] not in result["removed"]]
         result["changed"] = result["changed"] or bool(result["removed"])
 
@@ -250,6 +271,7 @@ def main():
             "commit": {"type": "str", "default": ""},
             "python": {"type": "path", "default": "/usr/bin/python3"},
             "keep": {"type": "int", "default": 0},
+            "agent": {"type": "str"},
         },
         required_if=[("state", "present", ["build_id", "checksum"]), ("state", "current", ["build_id"])],
         supports_check_mode=True,

@@ -22,6 +22,7 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     task_default_queue="default",
     broker_transport_options={"visibility_timeout": visibility_timeout()},
+    task_time_limit=int(os.environ.get("SHOP_TASK_TIME_LIMIT", "25")),
     result_expires=3600,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,

@@ -1,0 +1,155 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How a framework's worker is smoke-tested, behind one small interface, and how a one-off command runs in the
+environment the units get. Pure logic: building argv and reading answers; the modules run the commands.
+
+An adapter turns "send a smoke job to these queues and wait" into commands run on the host, and their output into
+one entry per queue: {"queue", "ok", "answer" | "error", "latency"}. The answer of a worker is the agent's
+(roles/release/files/sturdy_agent.py): build_id, release, cwd, host, unit, pid, queues, settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+SMOKE_PREFIX = "sturdy.smoke."
+
+
+class AdapterError(ValueError):
+    """Input or output an operator must look at; the message says what."""
+
+
+def smoke_queue(unit: str, host: str) -> str:
+    """The per-instance smoke queue the agent consumes: sturdy.smoke.<app>-<process>@<instance>.<host>."""
+    base = unit[: -len(".service")] if unit.endswith(".service") else unit
+    return f"{SMOKE_PREFIX}{base}.{host}"
+
+
+def transient_argv(user: str, group: str, workdir: str, properties: list[str], environment: dict[str, Any],
+                   argv: list[str]) -> list[str]:
+    """systemd-run for a command with the units' identity and secrets: their user, release directory and
+    EnvironmentFile=/LoadCredential*= lines, output piped back, exit status returned, nothing left behind."""
+    cmd = ["systemd-run", "--quiet", "--collect", "--pipe", "--wait", f"--uid={user}", f"--gid={group}",
+           f"--working-directory={workdir}"]
+    cmd += [f"--property={line}" for line in properties]
+    cmd += [f"--setenv={key}={value}" for key, value in sorted(environment.items())]
+    return cmd + ["--", *argv]
+
+
+class CeleryAdapter:
+    """A Celery worker with the agent: one client run sends a job to every queue through the app's own Celery app
+    (its broker and result backend) and waits for all answers."""
+
+    name = "celery"
+
+    def __init__(self, options: dict[str, Any]):
+        self.celery_app = options.get("celery_app")
+        if not self.celery_app:
+            raise AdapterError("adapter celery needs celery_app (the module given to `celery -A`, e.g. shop.celery)")
+
+    def commands(self, release: str, queues: list[str], timeout: float) -> list[list[str]]:
+        python = os.path.join(release, "venv", "bin", "python")
+        return [[python, "-m", "sturdy_agent", "smoke", "--celery-app", self.celery_app, "--timeout",
+                 f"{timeout:g}", *queues]]
+
+    @staticmethod
+    def parse(outputs: list[str], queues: list[str]) -> list[dict]:
+        return _json_line(outputs[0], list)
+
+
+class CommandAdapter:
+    """Your own smoke commands: one run per queue, with STURDY_SMOKE_QUEUE and STURDY_SMOKE_TIMEOUT set; it prints
+    the answer as one JSON object (at least build_id, host, unit and pid) and exits 0."""
+
+    name = "command"
+
+    def __init__(self, options: dict[str, Any]):
+        self.command = list(options.get("smoke_command") or [])
+        if not self.command:
+            raise AdapterError("adapter command needs smoke_command, an argv that sends a smoke job to "
+                               "$STURDY_SMOKE_QUEUE and prints the answer as JSON")
+
+    def commands(self, release: str, queues: list[str], timeout: float) -> list[list[str]]:
+        exe = self.command[0] if os.path.isabs(self.command[0]) else os.path.join(release, self.command[0])
+        return [["env", f"STURDY_SMOKE_QUEUE={queue}", f"STURDY_SMOKE_TIMEOUT={timeout:g}", exe, *self.command[1:]]
+                for queue in queues]
+
+    @staticmethod
+    def parse(outputs: list[str], queues: list[str]) -> list[dict]:
+        found = []
+        for queue, out in zip(queues, outputs):
+            try:
+                found.append({"queue": queue, "ok": True, "answer": _json_line(out, dict)})
+            except AdapterError as exc:
+                found.append({"queue": queue, "ok": False, "error": str(exc)})
+        return found
+
+
+ADAPTERS = {"celery": CeleryAdapter, "command": CommandAdapter}
+
+
+def adapter_for(options: dict[str, Any]):
+    kind = options.get("adapter") or "none"
+    if kind not in ADAPTERS:
+        raise AdapterError(f"adapter {kind!r} has no smoke test; use one of {', '.join(sorted(ADAPTERS))}")
+    return ADAPTERS[kind](options)
+
+
+def _json_line(text: str, kind: type):
+    """The last line of `text` that parses as JSON of `kind` (clients may log before it)."""
+    for line in reversed(text.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, kind):
+            return value
+    raise AdapterError(f"no JSON answer in the smoke command's output: {text.strip()[-300:]!r}")
+
+
+def check_answer(answer: dict, expect: dict[str, Any]) -> list[str]:
+    """What in a worker's answer differs from what the deploy expects (build_id, host, unit, pid, release)."""
+    problems = []
+    for key in ("build_id", "host", "unit", "pid", "release"):
+        want = expect.get(key)
+        if want is None:
+            continue
+        got = answer.get(key)
+        if str(got) != str(want):
+            problems.append(f"{key} is {got}, expected {want}")
+    release = expect.get("release")
+    cwd = answer.get("cwd")
+    if release and cwd and not (cwd == release or cwd.startswith(release.rstrip("/") + "/")):
+        problems.append(f"its working directory {cwd} is outside {release}")
+    return problems
+
+
+def reliability_warnings(where: str, settings: dict[str, Any], stop_timeout: int | None = None) -> list[str]:
+    """Settings of a running Celery worker that lose or duplicate tasks on a restart or a crash."""
+    warnings = []
+    if not settings:
+        return warnings
+    if not settings.get("acks_late"):
+        warnings.append(f"{where}: task_acks_late is off: a task running when the worker is killed (OOM, SIGKILL after "
+                        "the stop timeout) is lost. Set task_acks_late=True and make tasks idempotent")
+    elif not settings.get("reject_on_worker_lost"):
+        warnings.append(f"{where}: task_acks_late without task_reject_on_worker_lost: a task whose pool process dies is "
+                        "acknowledged, so it is lost. Set task_reject_on_worker_lost=True")
+    prefetch = settings.get("prefetch_multiplier")
+    if settings.get("acks_late") and isinstance(prefetch, int) and prefetch != 1:
+        warnings.append(f"{where}: worker_prefetch_multiplier={prefetch} with acks_late reserves several tasks per "
+                        "process; a stuck or killed worker holds them all. Set worker_prefetch_multiplier=1")
+    limit = settings.get("task_time_limit")
+    if limit is None:
+        warnings.append(f"{where}: no task_time_limit: a hung task blocks a graceful stop until SIGKILL. Set "
+                        "task_time_limit (and max_task_runtime to match)")
+    elif stop_timeout is not None and float(limit) >= stop_timeout:
+        warnings.append(f"{where}: task_time_limit={limit}s is not below the unit's stop timeout ({stop_timeout}s): "
+                        "a stop may SIGKILL a running task. Set max_task_runtime to task_time_limit")
+    vt = settings.get("visibility_timeout")
+    if limit is not None and vt is not None and float(vt) <= float(limit):
+        warnings.append(f"{where}: visibility_timeout={vt}s is not longer than task_time_limit={limit}s: Redis "
+                        "redelivers a task that is still running (duplicates). Raise visibility_timeout")
+    return warnings

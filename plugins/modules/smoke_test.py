@@ -1,0 +1,229 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: smoke_test
+short_description: Prove that every worker instance runs the expected build, and that each real queue is consumed
+version_added: 0.2.0
+author: sturdy.workers contributors (@sturdy-workers)
+description:
+  - Sends a smoke job to the per-instance smoke queue of each unit in O(units) (the sturdy.workers agent in the
+    release makes every instance consume its own) and waits until O(timeout) for all answers. Each answer must
+    name O(build_id), this host, the unit, the unit's C(MainPID) and a working directory inside O(release).
+  - Then sends one job through each queue in O(queues), the names the producers use; some worker must take it. A
+    queue renamed on one side only fails here, with the queues the workers do consume.
+  - The client runs on the host through C(systemd-run) as O(user) with O(properties) (the units'
+    C(EnvironmentFile=)/C(LoadCredential=) lines), from O(release), so it reaches the broker exactly as the app
+    does and no secret passes through Ansible.
+  - Warns about reliability settings of the running workers that lose or duplicate tasks.
+options:
+  adapter:
+    description: How jobs are sent. C(celery) uses the agent's client and the app's Celery app, C(command) runs
+      O(smoke_command) once per queue.
+    type: str
+    choices: [celery, command]
+    default: celery
+  celery_app:
+    description: With O(adapter=celery), the Celery app as given to C(celery -A).
+    type: str
+  smoke_command:
+    description: With O(adapter=command), an argv (relative to O(release) or absolute) that sends a job to
+      C($STURDY_SMOKE_QUEUE), waits up to C($STURDY_SMOKE_TIMEOUT) seconds and prints the answer as JSON.
+    type: list
+    elements: str
+  release:
+    description: Release directory the client runs from, and inside which the workers must run.
+    type: path
+    required: true
+  build_id:
+    description: The build every answer must report.
+    type: str
+    required: true
+  units:
+    description: Worker instance units on this host that must each answer.
+    type: list
+    elements: str
+    default: []
+  queues:
+    description: Real queues that must each be consumed by some worker.
+    type: list
+    elements: str
+    default: []
+  user:
+    description: User the client runs as.
+    type: str
+    required: true
+  group:
+    description: Group the client runs as.
+    type: str
+    required: true
+  properties:
+    description: Unit lines for the client's transient unit, such as C(EnvironmentFile=/etc/shop/shop.env).
+    type: list
+    elements: str
+    default: []
+  environment:
+    description: Non-secret environment of the client (the process's C(environment)).
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds to wait for all answers.
+    type: float
+    default: 30
+  stop_timeout:
+    description: The workers' stop timeout in seconds, to warn when C(task_time_limit) is not below it.
+    type: int
+attributes:
+  check_mode:
+    support: full
+    description: Sends nothing in check mode.
+  diff_mode:
+    support: none
+    description: Changes nothing.
+  platform:
+    support: full
+    platforms: posix
+    description: Needs systemd (C(systemd-run)).
+requirements:
+  - systemd
+  - the sturdy.workers agent in the release (installed by the release role)
+"""
+
+EXAMPLES = r"""
+- name: Every worker instance answers with the new build
+  sturdy.workers.smoke_test:
+    celery_app: shop.celery
+    release: /srv/shop/releases/2026.11.29-2
+    build_id: "2026.11.29-2"
+    units: [shop-worker@1.service, shop-worker@2.service]
+    queues: [default]
+    user: shop
+    group: shop
+    properties: [EnvironmentFile=/etc/shop/shop.env]
+"""
+
+RETURN = r"""
+instances:
+  description: One entry per unit, with C(queue), C(ok), C(latency) (seconds), C(answer) or C(error), C(problems).
+  returned: always
+  type: list
+  elements: dict
+queues:
+  description: One entry per real queue, with C(queue), C(ok), C(latency), C(answer) or C(error).
+  returned: always
+  type: list
+  elements: dict
+reliability_warnings:
+  description: Settings of the running workers that lose or duplicate tasks (also shown as warnings).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
+    AdapterError,
+    adapter_for,
+    check_answer,
+    reliability_warnings,
+    smoke_queue,
+    transient_argv,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "adapter": {"type": "str", "choices": ["celery", "command"], "default": "celery"},
+            "celery_app": {"type": "str"},
+            "smoke_command": {"type": "list", "elements": "str"},
+            "release": {"type": "path", "required": True},
+            "build_id": {"type": "str", "required": True},
+            "units": {"type": "list", "elements": "str", "default": []},
+            "queues": {"type": "list", "elements": "str", "default": []},
+            "user": {"type": "str", "required": True},
+            "group": {"type": "str", "required": True},
+            "properties": {"type": "list", "elements": "str", "default": []},
+            "environment": {"type": "dict", "default": {}},
+            "timeout": {"type": "float", "default": 30},
+            "stop_timeout": {"type": "int"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    if module.check_mode:
+        module.exit_json(changed=False, instances=[], queues=[], msg="check mode: no smoke job sent")
+    release = os.path.realpath(p["release"])
+    host = socket.gethostname()
+    try:
+        adapter = adapter_for(p)
+    except AdapterError as exc:
+        module.fail_json(msg=str(exc))
+
+    def send(queues: list[str]) -> list[dict]:
+        outputs = []
+        for argv in adapter.commands(release, queues, p["timeout"]):
+            cmd = transient_argv(p["user"], p["group"], release, p["properties"], p["environment"], argv)
+            rc, out, err = module.run_command(cmd)
+            if rc != 0:
+                tail = "\n".join((out + err).strip().splitlines()[-15:])
+                module.fail_json(msg=f"The smoke client failed on {host} (rc {rc}), run from {release} as {p['user']} "
+                                     f"with the units' secrets. Its output:\n{tail}")
+            outputs.append(out)
+        try:
+            return adapter.parse(outputs, queues)
+        except AdapterError as exc:
+            module.fail_json(msg=f"smoke test on {host}: {exc}")
+        return []
+
+    failures, warnings = [], []
+    instances = []
+    if p["units"]:
+        rc, out, err = module.run_command(["systemctl", "show", "--property=MainPID", "--value", "--", *p["units"]])
+        pids = out.split() if rc == 0 else []
+        queues = [smoke_queue(unit, host) for unit in p["units"]]
+        instances = send(queues)
+        for unit, pid, entry in zip(p["units"], pids + [None] * len(p["units"]), instances):
+            entry["unit"] = unit
+            if not entry.get("ok"):
+                failures.append(f"{unit} on {host} did not answer the smoke job within {p['timeout']:g}s "
+                                f"({entry.get('error', 'wrong token')}); it does not consume its smoke queue "
+                                f"{entry['queue']}: is it running the release's code with the agent (STURDY_AGENT)?")
+                continue
+            answer = entry["answer"]
+            expect = {"build_id": p["build_id"], "host": host, "unit": unit, "pid": pid, "release": release}
+            entry["problems"] = check_answer(answer, expect)
+            if entry["problems"]:
+                failures.append(f"{unit} on {host} answered, but {'; '.join(entry['problems'])}")
+            warnings += reliability_warnings(unit, answer.get("settings") or {}, p["stop_timeout"])
+    consumed = sorted({q for e in instances if e.get("ok") for q in e["answer"].get("queues", [])})
+    results = send(p["queues"]) if p["queues"] and not failures else []
+    for entry in results:
+        if not entry.get("ok"):
+            failures.append(
+                f"No worker took the smoke job sent to queue {entry['queue']!r} within {p['timeout']:g}s: nothing "
+                f"consumes that queue, so the producers' jobs there wait forever"
+                + (f". The workers on {host} consume {', '.join(consumed)}" if consumed else "")
+                + ". Make the worker's queues (its -Q option) and the producers' queue names agree, and list them in "
+                  "sturdy_processes[].queues")
+        elif entry["answer"].get("build_id") != p["build_id"]:
+            failures.append(f"queue {entry['queue']!r} was consumed by a worker running build "
+                            f"{entry['answer'].get('build_id')} ({entry['answer'].get('unit')} on "
+                            f"{entry['answer'].get('host')}), expected {p['build_id']}")
+    for warning in dict.fromkeys(warnings):
+        module.warn(warning)
+    result = {"changed": False, "instances": instances, "queues": results, "reliability_warnings": list(dict.fromkeys(warnings))}
+    if failures:
+        module.fail_json(msg="Smoke test failed: " + " | ".join(failures), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""sturdy.workers worker agent: what a framework's worker lacks under systemd, without changing the app's code.
+
+Installed by the sturdy.workers.release role into every release's venv (site-packages/sturdy_agent.py plus
+sturdy_agent.pth, which imports it at interpreter start). It does nothing unless the unit sets
+STURDY_AGENT=celery; then, inside a Celery worker:
+
+- READY=1 to systemd once the worker consumes (Type=notify: `systemctl restart` returns when it is ready),
+  STOPPING=1 on warm shutdown, WATCHDOG=1 from the worker's own event loop when the unit sets WatchdogSec=;
+- a per-instance smoke queue (smoke_queue()) and a task `sturdy.smoke` that answers with the build of the
+  release the code was loaded from, the host, unit, main PID, release path, the queues the worker consumes
+  and its reliability settings.
+
+`python -m sturdy_agent smoke ...` is the producer side (see main()). Standard library only, except the Celery
+hooks, which import Celery from the worker's own venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+
+SMOKE_TASK = "sturdy.smoke"
+RELEASE_FILE = "RELEASE.json"
+_STATE: dict = {}
+
+
+def notify(message: str) -> bool:
+    """Send one datagram to systemd's notification socket; False when not running under Type=notify."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+        sock.connect(address)
+        sock.sendall(message.encode())
+    return True
+
+
+def smoke_queue(app: str, process: str, instance: str, host: str | None = None) -> str:
+    """The queue only one instance consumes: sturdy.smoke.<app>-<process>@<instance>.<host>."""
+    return f"sturdy.smoke.{app}-{process}@{instance}.{host or socket.gethostname()}"
+
+
+def own_smoke_queue(environ=os.environ) -> str | None:
+    names = [environ.get(k) for k in ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE")]
+    return smoke_queue(*names) if all(names) else None
+
+
+def release_of(path: str) -> str | None:
+    """The release directory holding `path` (the one with RELEASE.json), or None."""
+    here = os.path.dirname(os.path.realpath(path))
+    while here != os.path.dirname(here):
+        if os.path.isfile(os.path.join(here, RELEASE_FILE)):
+            return here
+        here = os.path.dirname(here)
+    return None
+
+
+def loaded_build() -> tuple[str | None, str | None]:
+    """(release path, build ID) of the release this code was loaded from: what the process really runs."""
+    release = release_of(__file__)
+    if release is None:
+        return None, None
+    try:
+        with open(os.path.join(release, RELEASE_FILE), encoding="utf-8") as fh:
+            return release, json.load(fh).get("build_id")
+    except (OSError, ValueError):
+        return release, None
+
+
+def answer(token: str, conf, consumed: list[str]) -> dict:
+    """What the smoke task returns."""
+    release, build_id = loaded_build()
+    options = conf.broker_transport_options or {}
+    return {
+        "token": token,
+        "build_id": build_id,
+        "release": release,
+        "cwd": os.path.realpath(os.getcwd()),
+        "env_build_id": os.environ.get("STURDY_BUILD_ID"),
+        "host": socket.gethostname(),
+        "unit": "{}-{}@{}.service".format(*(os.environ.get(k, "?") for k in
+                                            ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE"))),
+        "pid": _STATE.get("main_pid", os.getpid()),
+        "queues": sorted(q for q in consumed if not q.startswith("sturdy.smoke.")),
+        "settings": {
+            "acks_late": bool(conf.task_acks_late),
+            "reject_on_worker_lost": bool(conf.task_reject_on_worker_lost),
+            "prefetch_multiplier": conf.worker_prefetch_multiplier,
+            "concurrency": _STATE.get("concurrency"),
+            "task_time_limit": conf.task_time_limit,
+            "task_soft_time_limit": conf.task_soft_time_limit,
+            "visibility_timeout": options.get("visibility_timeout"),
+        },
+    }
+
+
+def install_celery_hooks() -> None:
+    """Connect to Celery's worker signals (called at interpreter start when STURDY_AGENT=celery)."""
+    from celery import signals  # pylint: disable=import-outside-toplevel
+
+    def after_setup(sender=None, instance=None, **_):
+        app = instance.app
+        _STATE.update(main_pid=os.getpid(), node=sender, concurrency=getattr(instance, "concurrency", None))
+        queue = own_smoke_queue()
+        if queue:
+            app.amqp.queues.select_add(queue)
+
+        @app.task(name=SMOKE_TASK, bind=True, acks_late=False, ignore_result=False)
+        def smoke(task, token):
+            return answer(token, task.app.conf, list(task.app.amqp.queues.consume_from or task.app.amqp.queues))
+
+        _STATE["smoke"] = smoke
+
+    def ready(sender=None, **_):
+        notify(f"READY=1\nSTATUS=consuming ({_STATE.get('node')})")
+        usec = int(os.environ.get("WATCHDOG_USEC") or 0)
+        timer = getattr(sender, "timer", None)
+        if usec and timer is not None:
+            # Fed from the worker's event loop: a loop that hangs stops feeding and systemd restarts the unit.
+            _STATE["watchdog"] = timer.call_repeatedly(usec / 2e6, notify, ("WATCHDOG=1",), priority=10)
+
+    def stopping(sig=None, how=None, **_):
+        notify(f"STOPPING=1\nSTATUS={how} shutdown ({sig})")
+
+    signals.celeryd_after_setup.connect(after_setup, weak=False)
+    signals.worker_ready.connect(ready, weak=False)
+    signals.worker_shutting_down.connect(stopping, weak=False)
+
+
+def activate(environ=os.environ) -> None:
+    """Entry from sturdy_agent.pth: hook in only where the unit asks for it; never break the interpreter."""
+    if environ.get("STURDY_AGENT") != "celery" or _STATE.get("hooked"):
+        return
+    _STATE["hooked"] = True
+    try:
+        install_celery_hooks()
+    except ImportError as exc:
+        sys.stderr.write(f"sturdy_agent: STURDY_AGENT=celery but Celery cannot be imported ({exc}); "
+                         "no readiness or smoke queue for this process\n")
+
+
+def _celery_app(spec: str):
+    """The Celery app named like `-A`: module, or module:attribute."""
+    import importlib  # pylint: disable=import-outside-toplevel
+
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    if attr:
+        return getattr(module, attr)
+    for name in ("app", "celery"):
+        if hasattr(getattr(module, name, None), "send_task"):
+            return getattr(module, name)
+    raise SystemExit(f"sturdy_agent: no Celery app named app or celery in {module_name}; pass module:attribute")
+
+
+def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
+    """Send one smoke job to each queue and wait for all answers until the deadline."""
+    app = _celery_app(celery_app)
+    sent = []
+    for queue in targets:
+        token = uuid.uuid4().hex
+        started = time.monotonic()
+        # expires: a job nobody took in time is dropped instead of answering a later deploy.
+        result = app.send_task(SMOKE_TASK, args=[token], queue=queue, expires=timeout)
+        sent.append((queue, token, started, result))
+    deadline = time.monotonic() + timeout
+    found = []
+    for queue, token, started, result in sent:
+        entry = {"queue": queue, "token": token}
+        try:
+            got = result.get(timeout=max(0.1, deadline - time.monotonic()), propagate=True)
+            entry.update(ok=got.get("token") == token, answer=got, latency=round(time.monotonic() - started, 3))
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
+            entry.update(ok=False, error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        found.append(entry)
+    return found
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sturdy_agent")
+    sub = parser.add_subparsers(dest="command", required=True)
+    smoke_cmd = sub.add_parser("smoke", help="send a smoke job to each queue; print the answers as JSON")
+    smoke_cmd.add_argument("--celery-app", required=True)
+    smoke_cmd.add_argument("--timeout", type=float, default=30.0)
+    smoke_cmd.add_argument("queues", nargs="+")
+    sub.add_parser("queue", help="print the smoke queue of this unit (from STURDY_APP/PROCESS/INSTANCE)")
+    args = parser.parse_args(argv)
+    if args.command == "queue":
+        print(own_smoke_queue() or "")
+        return 0
+    print(json.dumps(smoke(args.celery_app, args.queues, args.timeout), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+else:
+    activate()
