@@ -35,7 +35,7 @@ options:
   journal_lines:
     description: Journal lines of a failed unit to show.
     type: int
-    default: 20
+    default: 25
 attributes:
   check_mode:
     support: full
@@ -102,7 +102,7 @@ def main():
             "units": {"type": "list", "elements": "raw", "required": True},
             "settle": {"type": "float", "default": 5},
             "ready_timeout": {"type": "float", "default": 60},
-            "journal_lines": {"type": "int", "default": 20},
+            "journal_lines": {"type": "int", "default": 25},
         },
         supports_check_mode=True,
     )
@@ -124,10 +124,18 @@ def main():
     restarted: list[dict] = []
 
     def fail(name: str, why: str, since: float) -> None:
-        rc, out, _ = module.run_command(
-            ["journalctl", "--no-pager", "--quiet", "-o", "short-iso", "-u", name, "--since", f"@{int(since) - 1}",
-             "-n", str(p["journal_lines"])], environ_update=env)
-        journal = out.splitlines() if rc == 0 else []
+        # The process's last words (a traceback) reach the journal through a pipe, and journald may lag behind
+        # systemd's own record of the exit: wait (up to 5 s) until that record is there.
+        for _ in range(10):
+            module.run_command(["journalctl", "--sync"], environ_update=env)
+            # Everything since the restart, cut here: with --since, journalctl -n does not give the newest lines.
+            rc, out, _ = module.run_command(
+                ["journalctl", "--no-pager", "--quiet", "-o", "short-iso", "-u", name, "--since",
+                 f"@{int(since) - 1}"], environ_update=env)
+            if rc != 0 or any(mark in out for mark in ("Main process exited", "Failed with result")):
+                break
+            time.sleep(0.5)
+        journal = out.splitlines()[-p["journal_lines"]:] if rc == 0 else []
         rest = [u["name"] for u in units[len(restarted) + 1:]]
         module.fail_json(
             msg=(f"{name} did not come up on the new code: {why}. "

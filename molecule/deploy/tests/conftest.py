@@ -1,0 +1,89 @@
+"""Helpers for the deploy scenario: the hosts over podman, and runs of the whole pipeline on every app host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import testinfra
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent
+EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
+DIST = EPHEMERAL / "dist"
+REPORT = EPHEMERAL / "deploy-report.json"
+WORKERS = ["worker-bookworm", "worker-trixie"]
+APPS = [*WORKERS, "web-trixie"]
+WORKER_UNITS = ["shop-worker@1.service", "shop-worker@2.service"]
+
+
+def pytest_itemcollected(item):
+    # One sequence across all hosts (each test deploys to every host), marked before xdist reads the groups.
+    item.add_marker(pytest.mark.xdist_group("deploy"))
+
+
+def host(name: str):
+    return testinfra.get_host(f"podman://{name}")
+
+
+def units_of(name: str) -> list[str]:
+    return WORKER_UNITS if name in WORKERS else ["shop-web@1.service"]
+
+
+def artifact(build: str) -> str:
+    return str(DIST / f"shop-{build}.tar.gz")
+
+
+def deploy_cmd(build: str, **extra) -> list[str]:
+    extra = {"sturdy_build_id": build, "sturdy_artifact": artifact(build), **extra}
+    return ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-e", json.dumps(extra),
+            str(SCENARIO_DIR / "converge.yml")]
+
+
+def deploy(build: str, **extra) -> subprocess.CompletedProcess:
+    return subprocess.run(deploy_cmd(build, **extra), capture_output=True, text=True, timeout=900, check=False,
+                          env=dict(os.environ, ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log")))
+
+
+def said(result: subprocess.CompletedProcess) -> str:
+    """The play's output with whitespace collapsed: the yaml callback wraps long messages."""
+    return " ".join((result.stdout + result.stderr).split())
+
+
+def recaps(result: subprocess.CompletedProcess) -> dict[str, dict[str, int]]:
+    found = {}
+    for line in result.stdout.splitlines():
+        if " : ok=" in line:
+            name, rest = line.split(" : ", 1)
+            found[name.strip()] = {k: int(v) for k, v in (pair.split("=") for pair in rest.split())}
+    return found
+
+
+def report() -> dict:
+    return json.loads(REPORT.read_text())
+
+
+def current(name: str) -> str:
+    return host(name).check_output("readlink /srv/shop/current").rsplit("/", 1)[-1]
+
+
+def invocations() -> dict[str, str]:
+    found = {}
+    for name in APPS:
+        for unit in units_of(name):
+            found[f"{name}/{unit}"] = host(name).check_output(f"systemctl show -P InvocationID {unit}")
+    return found
+
+
+def main_cwd(name: str, unit: str) -> str:
+    h = host(name)
+    pid = h.check_output(f"systemctl show -P MainPID {unit}")
+    return h.check_output(f"readlink /proc/{pid}/cwd")
+
+
+def task(name: str, key: str) -> dict:
+    """Enqueue one task from the web host as a producer would and return the worker's answer."""
+    out = host(name).check_output(f"/usr/local/sbin/shop-task {key} {key} 60")
+    return json.loads(out.splitlines()[-1])

@@ -1,0 +1,151 @@
+"""The deploy pipeline end to end, across a broker, two worker hosts (252 and 257) and a web host.
+
+The tests run in order (one xdist group); each deploys to every app host. Converge deployed build 1.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from conftest import (APPS, EPHEMERAL, WORKER_UNITS, WORKERS, current, deploy, deploy_cmd, host, invocations,
+                      main_cwd, recaps, report, said, task)
+
+B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
+
+
+def test_first_deploy_every_instance_answered_build_1():
+    rep = report()
+    assert rep["result"] == "success" and rep["build_id"] == B1
+    for name in WORKERS:
+        for unit in WORKER_UNITS:
+            assert rep["hosts"][name]["instances"][unit]["smoke_build"] == B1
+            assert main_cwd(name, unit) == f"/srv/shop/releases/{B1}"
+    # Readiness comes from the agent: Type=notify, and a watchdog the worker feeds.
+    h = host("worker-trixie")
+    assert h.check_output("systemctl show -P Type shop-worker@1.service") == "notify"
+    assert h.check_output("systemctl show -P WatchdogUSec shop-worker@1.service") == "30s"
+    web = host("web-trixie").check_output("python3 -c \"import urllib.request as u; "
+                                          "print(u.urlopen('http://127.0.0.1:8000/health').read().decode())\"")
+    assert json.loads(web)["build_id"] == B1
+
+
+def test_deploy_2_while_tasks_flow_loses_none_and_every_instance_answers_build_2():
+    before = invocations()
+    stream = subprocess.Popen(["podman", "exec", "web-trixie", "/usr/local/sbin/shop-task", "--stream", "flow2",
+                               "45", "0.25"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    result = deploy(B2)
+    out, err = stream.communicate(timeout=400)
+    assert result.returncode == 0, said(result)[-3000:]
+    flow = json.loads(out.strip().splitlines()[-1])
+    assert flow["sent"] > 100 and flow["missing"] == [], (flow, err[-2000:])
+    assert flow["answered"] == flow["sent"] and flow["effects"] == flow["sent"]
+    assert set(flow["builds"]) <= {B1, B2}
+    # The migration ran once, on one host, before any restart.
+    assert said(result).count("schema 1 -> 2") == 1
+    rep = report()
+    assert rep["result"] == "success"
+    after = invocations()
+    for name in WORKERS:
+        for unit in WORKER_UNITS:
+            inst = rep["hosts"][name]["instances"][unit]
+            assert inst["smoke_build"] == B2 and inst["restarted"] and inst["nrestarts_after"] == "0"
+            assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}"
+    assert all(before[k] != after[k] for k in before)
+    assert task("web-trixie", "after-2")["build_id"] == B2
+
+
+def test_same_build_again_changes_and_restarts_nothing():
+    before = invocations()
+    result = deploy(B2)
+    assert result.returncode == 0, said(result)[-3000:]
+    assert all(r["changed"] == 0 for r in recaps(result).values()), recaps(result)
+    assert invocations() == before
+
+
+def test_failing_migration_stops_before_the_switch():
+    before = invocations()
+    result = deploy(B5, sturdy_migrate_environment={"SHOP_MIGRATION_FAIL": "1"})
+    assert result.returncode != 0
+    text = said(result)
+    assert "migration failed on purpose" in text and "exit 1" in text, text[-3000:]
+    assert "no host was switched" in text
+    assert invocations() == before
+    assert all(current(name) == B2 for name in APPS)
+    assert task("web-trixie", "after-failed-migration")["build_id"] == B2
+
+
+def test_release_without_the_worker_command_fails_preflight_and_changes_nothing():
+    before = invocations()
+    result = deploy(B_NO_WORKER)
+    assert result.returncode != 0
+    text = said(result)
+    assert f"command[0]=/srv/shop/current/bin/shop-worker is missing in build {B_NO_WORKER}" in text, text[-3000:]
+    assert "Nothing was changed" in text
+    for name in APPS:
+        assert not host(name).file(f"/srv/shop/releases/{B_NO_WORKER}").exists
+        assert current(name) == B2
+    assert invocations() == before
+
+
+def test_release_that_crashes_on_start_is_rolled_back():
+    result = deploy(B_CRASH)
+    assert result.returncode != 0
+    text = said(result)
+    # The first host's first instance: named, with its log, and the others were never touched.
+    assert "shop-worker@1.service did not come up on the new code" in text, text[-4000:]
+    assert "broken on purpose" in text
+    assert f"Rolled back to {B2}" in text
+    rep = report()
+    assert rep["result"] == "rolled_back"
+    for name in APPS:
+        assert current(name) == B2
+    for unit in WORKER_UNITS:
+        assert rep["hosts"]["worker-bookworm"]["instances"][unit]["smoke_build"] == B2
+        assert main_cwd("worker-bookworm", unit) == f"/srv/shop/releases/{B2}"
+    # The bad release stays for inspection where it was installed.
+    assert host("worker-bookworm").file(f"/srv/shop/releases/{B_CRASH}/RELEASE.json").exists
+    assert task("web-trixie", "after-crash")["build_id"] == B2
+
+
+def test_worker_listening_to_another_queue_fails_the_real_queue_smoke():
+    result = deploy(B2, shop_worker_queue="orders")
+    assert result.returncode != 0
+    text = said(result)
+    assert "No worker took the smoke job sent to queue 'default'" in text, text[-4000:]
+    assert "consume orders" in text
+
+
+def test_concurrent_deploy_is_refused_by_the_lock():
+    first = subprocess.Popen(deploy_cmd(B5), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lock = host("worker-trixie").file("/srv/shop/.deploy.lock")
+    deadline = time.monotonic() + 120
+    while not lock.exists and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert lock.exists
+    second = deploy(B5)
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, " ".join(out.split())[-3000:]
+    assert second.returncode != 0
+    assert "Another deploy is running" in said(second) and "for build 2026.11.29-5" in said(second)
+    assert not lock.exists
+    for name in WORKERS:
+        for unit in WORKER_UNITS:
+            assert report()["hosts"][name]["instances"][unit]["smoke_build"] == B5
+
+
+def test_stale_lock_is_reported_with_its_owner_and_time():
+    h = host("web-trixie")
+    h.check_output("printf '%s' '{\"run_id\": \"old\", \"owner\": \"alice@ci-7\", \"build_id\": \"x\", "
+                   "\"started\": \"2026-11-28T01:00:00+00:00\", \"started_epoch\": 1764291600}' > /srv/shop/.deploy.lock")
+    try:
+        result = deploy(B5)
+        assert result.returncode != 0
+        text = said(result)
+        assert "STALE" in text and "alice@ci-7" in text and "2026-11-28T01:00:00+00:00" in text, text[-3000:]
+        assert all(current(name) == B5 for name in APPS)
+    finally:
+        h.check_output("rm -f /srv/shop/.deploy.lock")
+    assert EPHEMERAL.exists()
