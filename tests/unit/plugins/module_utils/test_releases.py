@@ -203,3 +203,23 @@ def test_in_use_reports_processes_it_may_not_inspect(tmp_path):
     users, unreadable = in_use(Layout(str(tmp_path)), str(tmp_path / "proc"), readlink)
     assert users == {"b1": [41]}
     assert unreadable == [42]
+
+
+def test_agent_changes_lists_only_missing_or_different_files(tmp_path):
+    from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_changes, write_file
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    changes = agent_changes(str(tmp_path), "AGENT")
+    assert changes == {str(site / "sturdy_agent.py"): "AGENT\n", str(site / "sturdy_agent.pth"): "import sturdy_agent\n"}
+    for path, content in changes.items():
+        write_file(path, content)
+    assert agent_changes(str(tmp_path), "AGENT") == {}
+    assert list(agent_changes(str(tmp_path), "AGENT v2")) == [str(site / "sturdy_agent.py")]
+
+
+def test_agent_changes_refuses_a_release_without_a_venv(tmp_path):
+    from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_changes
+
+    with pytest.raises(ReleaseError, match="no venv"):
+        agent_changes(str(tmp_path), "AGENT")

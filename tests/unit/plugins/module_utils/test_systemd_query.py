@@ -185,3 +185,13 @@ def test_find_unit_files_takes_the_first_directory_and_reads_the_marker(tmp_path
 
 def test_find_unit_files_skips_missing_directories(tmp_path):
     assert find_unit_files(["*.service"], None, (str(tmp_path / "nope"),)) == {}
+
+
+def test_crash_signs_tell_a_stable_unit_from_a_crash_loop():
+    from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import crash_signs
+
+    started = {"ActiveState": "active", "InvocationID": "i1", "MainPID": "10", "NRestarts": "0"}
+    assert crash_signs(started, dict(started)) is None
+    assert "restarted it on its own" in crash_signs(started, dict(started, InvocationID="i2", NRestarts="1"))
+    assert "activating" in crash_signs(started, dict(started, ActiveState="activating", SubState="auto-restart"))
+    assert "main process changed" in crash_signs(started, dict(started, MainPID="11"))

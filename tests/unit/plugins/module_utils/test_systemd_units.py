@@ -182,3 +182,21 @@ def test_plan_lists_directories_that_must_exist():
         [{"name": "w", "command": ["/bin/w"], "working_directory": "/srv/shop", "read_write_paths": ["/var/cache/shop"]}]
     )
     assert worker["directories"] == ["/srv/shop", "/var/cache/shop"]
+
+
+def test_plan_singleton_runs_one_instance_on_one_host_only():
+    declared = [{"name": "beat", "command": ["/bin/b"], "singleton": True}]
+    (here,) = plan_processes("shop", declared, dict(DEFAULTS, singleton_here=True), 257)
+    (elsewhere,) = plan_processes("shop", declared, dict(DEFAULTS, singleton_here=False), 257)
+    assert here["units"] == ["shop-beat@1.service"] and elsewhere["units"] == []
+    assert "singleton_here" not in here
+    with pytest.raises(UnitSpecError, match=r"sturdy_processes\[beat\]: singleton .* instances: 1"):
+        _plan([dict(declared[0], instances=2)])
+
+
+def test_plan_celery_adapter_needs_the_app_and_gets_readiness_specs():
+    with pytest.raises(UnitSpecError, match="celery_app"):
+        _plan([{"name": "worker", "command": ["/bin/w"], "adapter": "celery"}])
+    (web,) = _plan([{"name": "web", "command": ["/bin/w"], "instances": 2, "readiness": {"http": "http://x/h"}}])
+    assert web["restart_specs"] == [{"name": "shop-web@1.service", "http": "http://x/h"},
+                                    {"name": "shop-web@2.service", "http": "http://x/h"}]

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
+    AdapterError,
+    CeleryAdapter,
+    CommandAdapter,
+    adapter_for,
+    check_answer,
+    reliability_warnings,
+    smoke_queue,
+    transient_argv,
+)
+
+SAFE = {"acks_late": True, "reject_on_worker_lost": True, "prefetch_multiplier": 1, "task_time_limit": 25,
+        "visibility_timeout": 60}
+
+
+def test_smoke_queue_is_per_instance_and_host():
+    assert smoke_queue("shop-worker@2.service", "app1") == "sturdy.smoke.shop-worker@2.app1"
+    assert smoke_queue("shop-worker@2.service", "app1") != smoke_queue("shop-worker@2.service", "app2")
+
+
+def test_transient_argv_carries_identity_secrets_and_environment_and_ends_options():
+    argv = transient_argv("shop", "shop", "/srv/shop/releases/7", ["EnvironmentFile=/etc/shop/shop.env"],
+                          {"B": "2", "A": "1"}, ["bin/migrate", "--flag"])
+    assert argv[:5] == ["systemd-run", "--quiet", "--collect", "--pipe", "--wait"]
+    assert "--uid=shop" in argv and "--gid=shop" in argv and "--working-directory=/srv/shop/releases/7" in argv
+    assert "--property=EnvironmentFile=/etc/shop/shop.env" in argv
+    assert argv.index("--setenv=A=1") < argv.index("--setenv=B=2")
+    assert argv[-3:] == ["--", "bin/migrate", "--flag"]
+
+
+def test_adapters_need_their_options():
+    with pytest.raises(AdapterError, match="celery_app"):
+        adapter_for({"adapter": "celery"})
+    with pytest.raises(AdapterError, match="smoke_command"):
+        adapter_for({"adapter": "command"})
+    with pytest.raises(AdapterError, match="no smoke test"):
+        adapter_for({"adapter": "none"})
+
+
+def test_celery_adapter_runs_the_agent_client_from_the_release_and_reads_its_last_json_line():
+    adapter = CeleryAdapter({"celery_app": "shop.celery"})
+    [argv] = adapter.commands("/srv/shop/releases/7", ["q1", "q2"], 20)
+    assert argv[:4] == ["/srv/shop/releases/7/venv/bin/python", "-m", "sturdy_agent", "smoke"]
+    assert argv[-2:] == ["q1", "q2"] and "20" in argv
+    out = "some log line\n" + json.dumps([{"queue": "q1", "ok": True}]) + "\n"
+    assert adapter.parse([out], ["q1"]) == [{"queue": "q1", "ok": True}]
+    with pytest.raises(AdapterError, match="no JSON answer"):
+        adapter.parse(["Traceback ..."], ["q1"])
+
+
+def test_command_adapter_runs_once_per_queue_and_reports_a_bad_answer_per_queue():
+    adapter = CommandAdapter({"smoke_command": ["bin/smoke", "--x"]})
+    cmds = adapter.commands("/srv/a/releases/1", ["q1", "q2"], 5)
+    assert [c[1] for c in cmds] == ["STURDY_SMOKE_QUEUE=q1", "STURDY_SMOKE_QUEUE=q2"]
+    assert cmds[0][3:] == ["/srv/a/releases/1/bin/smoke", "--x"]
+    found = adapter.parse(['{"build_id": "1"}', "oops"], ["q1", "q2"])
+    assert found[0] == {"queue": "q1", "ok": True, "answer": {"build_id": "1"}}
+    assert found[1]["ok"] is False and "no JSON answer" in found[1]["error"]
+
+
+def test_check_answer_names_every_difference():
+    answer = {"build_id": "1", "host": "h", "unit": "u", "pid": 10, "release": "/srv/a/releases/1",
+              "cwd": "/srv/a/releases/1"}
+    expect = {"build_id": "1", "host": "h", "unit": "u", "pid": "10", "release": "/srv/a/releases/1"}
+    assert check_answer(answer, expect) == []
+    problems = check_answer(dict(answer, build_id="0", cwd="/srv/a/releases/0"), expect)
+    assert "build_id is 0, expected 1" in problems
+    assert "its working directory /srv/a/releases/0 is outside /srv/a/releases/1" in problems
+    assert check_answer(dict(answer, pid=11), expect) == ["pid is 11, expected 10"]
+
+
+def test_reliability_warnings_only_for_unsafe_settings():
+    assert reliability_warnings("u", SAFE, stop_timeout=55) == []
+    found = " ".join(reliability_warnings("u", dict(SAFE, acks_late=False, task_time_limit=None)))
+    assert "task_acks_late is off" in found and "no task_time_limit" in found
+    assert "reject_on_worker_lost" in " ".join(reliability_warnings("u", dict(SAFE, reject_on_worker_lost=False)))
+    assert "worker_prefetch_multiplier=4" in " ".join(reliability_warnings("u", dict(SAFE, prefetch_multiplier=4)))
+    assert "redelivers a task" in " ".join(reliability_warnings("u", dict(SAFE, visibility_timeout=20)))
+    assert "not below the unit's stop timeout" in " ".join(reliability_warnings("u", SAFE, stop_timeout=25))

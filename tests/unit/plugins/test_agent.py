@@ -1,0 +1,85 @@
+"""The worker agent (roles/release/files/sturdy_agent.py), loaded as the release's venv loads it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+AGENT = Path(__file__).resolve().parents[3] / "roles" / "release" / "files" / "sturdy_agent.py"
+
+
+@pytest.fixture(name="agent")
+def fixture_agent(tmp_path, monkeypatch):
+    """A copy of the agent inside a fake release (RELEASE.json two levels up), imported with no STURDY_AGENT."""
+    release = tmp_path / "releases" / "b7"
+    site = release / "venv" / "lib" / "python3.13" / "site-packages"
+    site.mkdir(parents=True)
+    (release / "RELEASE.json").write_text(json.dumps({"build_id": "b7"}))
+    (site / "sturdy_agent.py").write_bytes(AGENT.read_bytes())
+    monkeypatch.delenv("STURDY_AGENT", raising=False)
+    spec = importlib.util.spec_from_file_location("sturdy_agent", site / "sturdy_agent.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_notify_sends_one_datagram_to_the_socket_systemd_names(agent, tmp_path, monkeypatch):
+    path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind(path)
+        monkeypatch.setenv("NOTIFY_SOCKET", path)
+        assert agent.notify("READY=1\nSTATUS=consuming") is True
+        assert server.recv(4096) == b"READY=1\nSTATUS=consuming"
+
+
+def test_notify_without_a_socket_does_nothing(agent, monkeypatch):
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    assert agent.notify("READY=1") is False
+
+
+def test_notify_reaches_an_abstract_socket(agent, monkeypatch):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind("\0sturdy-agent-test")
+        monkeypatch.setenv("NOTIFY_SOCKET", "@sturdy-agent-test")
+        agent.notify("STOPPING=1")
+        assert server.recv(100) == b"STOPPING=1"
+
+
+def test_the_build_is_read_from_the_release_the_code_was_loaded_from(agent, tmp_path):
+    release, build = agent.loaded_build()
+    assert (release, build) == (str(tmp_path / "releases" / "b7"), "b7")
+
+
+def test_smoke_queue_matches_the_deploy_side(agent):
+    from ansible_collections.sturdy.workers.plugins.module_utils.adapters import smoke_queue
+
+    env = {"STURDY_APP": "shop", "STURDY_PROCESS": "worker", "STURDY_INSTANCE": "2"}
+    assert agent.own_smoke_queue(env) == smoke_queue("shop-worker@2.service", socket.gethostname())
+    assert agent.own_smoke_queue({}) is None
+
+
+def test_answer_reports_identity_queues_and_settings(agent, monkeypatch):
+    class Conf:
+        task_acks_late = True
+        task_reject_on_worker_lost = True
+        worker_prefetch_multiplier = 1
+        task_time_limit = 25
+        task_soft_time_limit = None
+        broker_transport_options = {"visibility_timeout": 60}
+
+    monkeypatch.setenv("STURDY_APP", "shop")
+    monkeypatch.setenv("STURDY_PROCESS", "worker")
+    monkeypatch.setenv("STURDY_INSTANCE", "1")
+    got = agent.answer("tok", Conf, ["default", "sturdy.smoke.shop-worker@1.h"])
+    assert got["token"] == "tok" and got["build_id"] == "b7" and got["unit"] == "shop-worker@1.service"
+    assert got["queues"] == ["default"]
+    assert got["settings"]["visibility_timeout"] == 60 and got["settings"]["acks_late"] is True
+
+
+def test_activate_ignores_processes_without_sturdy_agent(agent):
+    agent.activate({})
+    assert "hooked" not in agent._STATE  # pylint: disable=protected-access
