@@ -36,15 +36,15 @@ def artifact(build: str) -> str:
     return str(DIST / f"shop-{build}.tar.gz")
 
 
-def deploy_cmd(build: str, **extra) -> list[str]:
+def deploy_cmd(build: str, playbook: str = "converge.yml", **extra) -> list[str]:
     extra = {"sturdy_build_id": build, "sturdy_artifact": artifact(build), **extra}
     return ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-e", json.dumps(extra),
-            str(SCENARIO_DIR / "converge.yml")]
+            str(SCENARIO_DIR / playbook)]
 
 
-def deploy(build: str, **extra) -> subprocess.CompletedProcess:
-    return subprocess.run(deploy_cmd(build, **extra), capture_output=True, text=True, timeout=900, check=False,
-                          env=dict(os.environ, ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log")))
+def deploy(build: str, playbook: str = "converge.yml", **extra) -> subprocess.CompletedProcess:
+    return subprocess.run(deploy_cmd(build, playbook, **extra), capture_output=True, text=True, timeout=900,
+                          check=False, env=dict(os.environ, ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log")))
 
 
 def said(result: subprocess.CompletedProcess) -> str:

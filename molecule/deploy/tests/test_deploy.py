@@ -119,7 +119,7 @@ def test_worker_listening_to_another_queue_fails_the_real_queue_smoke():
 
 
 def test_concurrent_deploy_is_refused_by_the_lock():
-    first = subprocess.Popen(deploy_cmd(B5), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = subprocess.Popen(deploy_cmd(B5, "converge.yml"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lock = host("worker-trixie").file("/srv/shop/.deploy.lock")
     deadline = time.monotonic() + 120
     while not lock.exists and time.monotonic() < deadline:
@@ -149,3 +149,26 @@ def test_stale_lock_is_reported_with_its_owner_and_time():
     finally:
         h.check_output("rm -f /srv/shop/.deploy.lock")
     assert EPHEMERAL.exists()
+
+
+def test_rolling_restart_playbook_restarts_every_instance_and_proves_the_build():
+    before = invocations()
+    result = deploy(B5, "restart.yml")
+    assert result.returncode == 0, said(result)[-3000:]
+    after = invocations()
+    assert all(before[k] != after[k] for k in before)
+    assert all(current(name) == B5 for name in APPS)
+
+
+def test_rollback_playbook_goes_back_to_the_previous_build():
+    result = deploy(B5, "rollback.yml")
+    assert result.returncode == 0, said(result)[-3000:]
+    for name in APPS:
+        assert current(name) == B2
+    for name in WORKERS:
+        for unit in WORKER_UNITS:
+            assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}"
+    assert task("web-trixie", "after-rollback")["build_id"] == B2
+    # previous is gone after a rollback: a second one is refused with what to do instead.
+    again = deploy(B5, "rollback.yml")
+    assert again.returncode != 0 and "does not name a release to go back to" in said(again)
