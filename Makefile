@@ -18,7 +18,7 @@ export ANSIBLE_INJECT_FACT_VARS := false
 export NO_COLOR := 1
 export ANSIBLE_NOCOLOR := 1
 
-.PHONY: test lint sanity unit molecule bench host-packages venv images collection-copy clean
+.PHONY: test lint sanity unit molecule bench demo demo-clean host-packages venv images collection-copy clean
 
 ## test: everything CI runs (lint, sanity, unit tests, every molecule scenario on bookworm and trixie)
 test: lint sanity unit molecule
@@ -83,6 +83,14 @@ molecule: venv images
 ## bench: deploy-path timings on the test hosts, printed as ratios from one run (not part of test)
 bench: venv images
 	python tools/bench.py
+
+## demo: local broker + app hosts, demo build 1 then build 2 while tasks flow; prints the deploy report
+demo: venv images collection-copy
+	tools/demo.sh
+
+## demo-clean: remove the demo hosts, their network and .demo/
+demo-clean:
+	tools/demo.sh clean
 
 clean:
 	rm -rf .build

@@ -38,7 +38,9 @@ options:
 EXAMPLES = r"""
 - name: Print the report
   ansible.builtin.debug:
-    msg: "{{ ansible_play_hosts_all | map('extract', hostvars) | sturdy.workers.deploy_report(run, build, now().timestamp(), text=true) }}"
+    msg: >-
+      {{ ansible_play_hosts_all | map('extract', hostvars)
+         | sturdy.workers.deploy_report(run, build, now().timestamp(), text=true) }}
 """
 
 RETURN = r"""

@@ -45,7 +45,9 @@ options:
 EXAMPLES = r"""
 - name: Migrate as the app would
   ansible.builtin.command:
-    argv: "{{ ['/srv/shop/releases/7/bin/shop-migrate'] | sturdy.workers.transient_command('shop', 'shop', '/srv/shop/releases/7') }}"
+    argv: >-
+      {{ ['/srv/shop/releases/7/bin/shop-migrate']
+         | sturdy.workers.transient_command('shop', 'shop', '/srv/shop/releases/7') }}
 """
 
 RETURN = r"""
