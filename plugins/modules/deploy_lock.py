@@ -56,6 +56,7 @@ attributes:
   platform:
     support: full
     platforms: posix
+    description: Any POSIX host; the lock is a file beside the app's releases.
 """
 
 EXAMPLES = r"""

@@ -49,7 +49,8 @@ def smoke_queue(app: str, process: str, instance: str, host: str | None = None) 
     return f"sturdy.smoke.{app}-{process}@{instance}.{host or socket.gethostname()}"
 
 
-def own_smoke_queue(environ=os.environ) -> str | None:
+def own_smoke_queue(environ=None) -> str | None:
+    environ = os.environ if environ is None else environ
     names = [environ.get(k) for k in ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE")]
     return smoke_queue(*names) if all(names) else None
 
@@ -136,8 +137,9 @@ def install_celery_hooks() -> None:
     signals.worker_shutting_down.connect(stopping, weak=False)
 
 
-def activate(environ=os.environ) -> None:
+def activate(environ=None) -> None:
     """Entry from sturdy_agent.pth: hook in only where the unit asks for it; never break the interpreter."""
+    environ = os.environ if environ is None else environ
     if environ.get("STURDY_AGENT") != "celery" or _STATE.get("hooked"):
         return
     _STATE["hooked"] = True
@@ -152,7 +154,7 @@ def _celery_app(spec: str):
     """The Celery app named like `-A`: module, or module:attribute."""
     import importlib  # pylint: disable=import-outside-toplevel
 
-    module_name, _, attr = spec.partition(":")
+    module_name, dummy, attr = spec.partition(":")
     module = importlib.import_module(module_name)
     if attr:
         return getattr(module, attr)

@@ -34,8 +34,9 @@ def main(argv=None) -> int:
         except Exception:  # noqa: BLE001 (counted as missing)
             missing.append(key)
     db = store.client()
-    effects = sum(1 for key, _ in sent if db.get(store.EFFECT.format(key=key)) == key)
-    redelivered = [key for key, _ in sent if int(db.get(store.RUNS.format(key=key)) or 0) > 1]
+    keys = [key for key, dummy in sent]
+    effects = sum(1 for key in keys if db.get(store.EFFECT.format(key=key)) == key)
+    redelivered = [key for key in keys if int(db.get(store.RUNS.format(key=key)) or 0) > 1]
     print(json.dumps({"sent": len(sent), "answered": len(sent) - len(missing), "missing": missing,
                       "effects": effects, "redelivered": redelivered, "builds": builds}, sort_keys=True))
     return 0 if not missing else 1
