@@ -58,9 +58,9 @@ options:
     default: 0
   agent:
     description:
-      - With O(state=present), the source of the collection's worker agent. It is written into the release's venv
-        (C(site-packages/sturdy_agent.py) and C(sturdy_agent.pth)) where missing or different, also in a release
-        installed before. It acts only in processes whose unit sets C(STURDY_AGENT).
+      - With O(state=present), the source of the collection's worker agent. It is written into the venv of every
+        kept release (C(site-packages/sturdy_agent.py) and C(sturdy_agent.pth)) where missing or different, so a
+        rollback finds it too. It acts only in processes whose unit sets C(STURDY_AGENT).
     type: str
 attributes:
   check_mode:
@@ -136,8 +136,8 @@ removed:
   type: list
   elements: str
 agent_updated:
-  description: With O(agent), whether the agent files of the release were written.
-  returned: when agent is given and the release is installed
+  description: With O(agent), whether agent files were written into any release.
+  returned: when agent is given
   type: bool
 in_use:
   description: Build ID to the PIDs of processes whose working directory or executable lies inside that release.
@@ -216,10 +216,14 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
                 result["removed"].append(name)
                 if not check:
                     shutil.rmtree(layout.release(name))
-        if p["agent"] and release_state(layout, build_id) == "installed":
-            # The collection's worker agent (readiness, smoke queue) in the release's venv; a newer collection
-            # updates it in releases installed before.
-            changes = agent_changes(layout.release(build_id), p["agent"])
+        if p["agent"]:
+            # The collection's worker agent (readiness, smoke queue) in the venv of every kept release: the units
+            # expect it whichever release they run, including one a rollback goes back to that was installed
+            # before the agent existed or by an older collection.
+            changes = {}
+            for name in [r["build_id"] for r in installed(layout)]:
+                if name not in result["removed"]:
+                    changes.update(agent_changes(layout.release(name), p["agent"]))
             result["agent_updated"] = bool(changes)
             result["changed"] = result["changed"] or bool(changes)
             for path, content in changes.items():

@@ -190,12 +190,18 @@ def main():
         pids = out.split() if rc == 0 else []
         queues = [smoke_queue(unit, host) for unit in p["units"]]
         instances = send(queues)
+        if len(instances) != len(queues):
+            module.fail_json(msg=f"The smoke client answered for {len(instances)} of {len(queues)} queues on {host}")
         for unit, pid, entry in zip(p["units"], pids + [None] * len(p["units"]), instances):
             entry["unit"] = unit
+            if not entry.get("ok") and "TimeoutError" in entry.get("error", "TimeoutError"):
+                failures.append(f"{unit} on {host} did not answer the smoke job within {p['timeout']:g}s: it does not "
+                                f"consume its smoke queue {entry['queue']}. Is it running the release's code with the "
+                                "agent (Type=notify, STURDY_AGENT=celery in the unit)? Its journal tells more")
+                continue
             if not entry.get("ok"):
-                failures.append(f"{unit} on {host} did not answer the smoke job within {p['timeout']:g}s "
-                                f"({entry.get('error', 'wrong token')}); it does not consume its smoke queue "
-                                f"{entry['queue']}: is it running the release's code with the agent (STURDY_AGENT)?")
+                failures.append(f"the smoke job for {unit} on {host} failed: {entry.get('error')} (a result backend is "
+                                "needed to receive the answer; the app's Celery app must have one)")
                 continue
             answer = entry["answer"]
             expect = {"build_id": p["build_id"], "host": host, "unit": unit, "pid": pid, "release": release}

@@ -9,7 +9,7 @@ import json
 import subprocess
 import time
 
-from conftest import (APPS, EPHEMERAL, WORKER_UNITS, WORKERS, current, deploy, deploy_cmd, host, invocations,
+from conftest import (APPS, WORKER_UNITS, WORKERS, current, deploy, deploy_cmd, host, invocations,
                       main_cwd, recaps, report, said, task)
 
 B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
@@ -33,10 +33,14 @@ def test_first_deploy_every_instance_answered_build_1():
 
 def test_deploy_2_while_tasks_flow_loses_none_and_every_instance_answers_build_2():
     before = invocations()
-    stream = subprocess.Popen(["podman", "exec", "web-trixie", "/usr/local/sbin/shop-task", "--stream", "flow2",
-                               "70", "0.25"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The stream runs until a stop file appears: from before the deploy to after it, however long it takes.
+    stream = subprocess.Popen(["podman", "exec", "-e", "SHOP_STREAM_STOP=/tmp/stop-flow2", "web-trixie",
+                               "/usr/local/sbin/shop-task", "--stream", "flow2", "600", "0.25"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3)
     result = deploy(B2)
+    time.sleep(3)
+    host("web-trixie").check_output("touch /tmp/stop-flow2")
     out, err = stream.communicate(timeout=400)
     assert result.returncode == 0, said(result)[-3000:]
     flow = json.loads(out.strip().splitlines()[-1])
@@ -62,6 +66,7 @@ def test_same_build_again_changes_and_restarts_nothing():
     before = invocations()
     result = deploy(B2)
     assert result.returncode == 0, said(result)[-3000:]
+    assert set(recaps(result)) == set(APPS)
     assert all(r["changed"] == 0 for r in recaps(result).values()), recaps(result)
     assert invocations() == before
 
@@ -117,6 +122,9 @@ def test_worker_listening_to_another_queue_fails_the_real_queue_smoke():
     text = said(result)
     assert "No worker took the smoke job sent to queue 'default'" in text, text[-4000:]
     assert "consume orders" in text
+    # Same build, nothing switched: nothing to roll back, and the message says so instead of claiming a rollback.
+    assert "Nothing was rolled back" in text
+    assert all(current(name) == B2 for name in APPS)
 
 
 def test_concurrent_deploy_is_refused_by_the_lock():
@@ -142,14 +150,17 @@ def test_stale_lock_is_reported_with_its_owner_and_time():
     h.check_output("printf '%s' '{\"run_id\": \"old\", \"owner\": \"alice@ci-7\", \"build_id\": \"x\", "
                    "\"started\": \"2026-11-28T01:00:00+00:00\", \"started_epoch\": 1764291600}' > /srv/shop/.deploy.lock")
     try:
-        result = deploy(B5)
+        result = deploy(B2)
         assert result.returncode != 0
         text = said(result)
         assert "STALE" in text and "alice@ci-7" in text and "2026-11-28T01:00:00+00:00" in text, text[-3000:]
+        assert "sturdy_deploy_break_lock=true" in text
+        # Refused in preflight: still on build 5, and no other host took a lock.
         assert all(current(name) == B5 for name in APPS)
+        assert not any(host(name).file("/srv/shop/.deploy.lock").exists for name in APPS if name != "web-trixie")
+        assert json.loads(h.file("/srv/shop/.deploy.lock").content_string)["owner"] == "alice@ci-7"
     finally:
         h.check_output("rm -f /srv/shop/.deploy.lock")
-    assert EPHEMERAL.exists()
 
 
 def test_rolling_restart_playbook_restarts_every_instance_and_proves_the_build():

@@ -143,6 +143,8 @@ def activate(environ=None) -> None:
     if environ.get("STURDY_AGENT") != "celery" or _STATE.get("hooked"):
         return
     _STATE["hooked"] = True
+    # Python programs a task starts inherit the environment: they must not hook into Celery too.
+    os.environ.pop("STURDY_AGENT", None)
     try:
         install_celery_hooks()
     except ImportError as exc:

@@ -8,6 +8,7 @@ JSON: sent, answered, missing (keys with no answer), effects (keys whose effect 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -21,7 +22,9 @@ def main(argv=None) -> int:
     interval = float(args[2]) if len(args) > 2 else 0.25
     sent = []
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    # SHOP_STREAM_STOP: a file whose appearance ends the stream early (a test stops it when its deploy is done).
+    stop = os.environ.get("SHOP_STREAM_STOP")
+    while time.monotonic() < end and not (stop and os.path.exists(stop)):
         key = f"{prefix}-{len(sent)}"
         sent.append((key, record.delay(key, key)))
         time.sleep(interval)
