@@ -47,6 +47,7 @@ lint: venv
 	ansible-lint --profile production
 	python tools/check_role_vars.py
 	python tools/role_variables.py --check
+	python tools/yaml_duplicates.py
 	antsibull-changelog lint
 
 collection-copy:

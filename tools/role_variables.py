@@ -41,12 +41,17 @@ def render() -> str:
     parts = [BEGIN]
     for role in sorted(p for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists()):
         specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
-        main = specs["main"]
-        parts += ["", f"### `sturdy.workers.{role.name}`", "", plain(main.get("short_description")), ""]
+        # A role without a main entry point (deploy: one per play) is described by its first one.
+        first = next(iter(specs))
+        main = specs.get("main") or specs[first]
+        parts += ["", f"### `sturdy.workers.{role.name}`", ""]
+        if "main" in specs:
+            parts += [plain(main.get("short_description")), ""]
         for entry in (e for e in specs if e != "main"):
             parts += [f"- `tasks_from: {entry}`: {plain(specs[entry].get('short_description'))}"]
         if len(specs) > 1:
-            parts += ["", "Variables of the main entry point:", ""]
+            parts += ["", "Variables of the main entry point:" if "main" in specs
+                      else f"Variables of `tasks_from: {first}` (the other entry points take the same or fewer):", ""]
         parts += ["| Variable | Type | Default | Description |", "|---|---|---|---|"]
         parts += rows(main.get("options", {}))
     parts += ["", END]

@@ -5,49 +5,60 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: deploy_report
-short_description: The deploy report of sturdy.workers.deploy, from what each host recorded
-version_added: 0.2.0
+short_description: The report of a sturdy.workers deploy, from what each host recorded
+version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
 description:
-  - Builds the report the deploy playbook prints and writes as JSON; build IDs before and after per host,
-    per-phase durations, per-instance smoke latency and build, C(NRestarts) before and after, failures and rollback.
+  - Builds the report the C(sturdy.workers.deploy) role prints and writes as JSON from the record each host kept
+    during the run; build IDs before and after per host, per-phase durations, per-instance restart time, smoke
+    latency and build, C(NRestarts) before and after, failures and rollback, and the message the run fails with.
 options:
   _input:
-    description: The hostvars of the play's hosts.
-    type: list
-    elements: dict
+    description:
+      - Host name to its record, a dictionary with C(marks) (phase name to the UNIX time it ended), C(failure),
+        C(before) and C(after) (M(sturdy.workers.unit_health) units), C(switch) (C(changed), C(current),
+        C(previous)), C(smoke) (M(sturdy.workers.smoke_test) results), C(restarted) (M(sturdy.workers.rolling_restart)
+        C(restarted)), C(rolled_back_to) and C(rollback_failure) (C(task), C(msg), C(current)).
+    type: dict
     required: true
   run:
     description: The run (C(id), C(owner), C(started) as a UNIX time).
     type: dict
     required: true
-  build_id:
-    description: The build deployed.
-    type: str
+  plan:
+    description: The app plan (M(sturdy.workers.app_plan)); its C(app), C(build_id) and C(target) are used.
+    type: dict
     required: true
   finished:
     description: UNIX time the deploy ended.
     type: float
     required: true
-  text:
-    description: Return a few lines of text for the console instead of the dictionary.
+  rollback:
+    description: Whether a failure rolls the switched hosts back (C(sturdy_deploy_rollback)); words the message.
     type: bool
-    default: false
+    default: true
 """
 
 EXAMPLES = r"""
 - name: Print the report
   ansible.builtin.debug:
     msg: >-
-      {{ ansible_play_hosts_all | map('extract', hostvars)
-         | sturdy.workers.deploy_report(run, build, now().timestamp(), text=true) }}
+      {{ (dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars)
+          | map(attribute='__sturdy_deploy_record')))
+          | sturdy.workers.deploy_report(run, plan, now().timestamp())).summary }}
 """
 
 RETURN = r"""
 _value:
-  description: The report (a dictionary), or its text lines with O(text=true).
-  type: raw
+  description:
+    - The report, a dictionary with C(app), C(build_id), C(run_id), C(owner), C(result) (C(success), C(failed) or
+      C(rolled_back)), C(failures), C(seconds), C(phases), C(hosts) (per host C(from), C(to), C(switched),
+      C(rolled_back_to) and C(instances)), C(message) (why the run failed and what happened to the hosts) and
+      C(summary) (lines for the console).
+  type: dict
 """
+
+PHASES = ("preflight", "install", "migrate", "restart")
 
 
 def _get(data, *keys, default=None):
@@ -59,13 +70,11 @@ def _get(data, *keys, default=None):
     return data
 
 
-def _instances(hv) -> dict:
-    before = _get(hv, "__sturdy_deploy_before", "units", default={}) or {}
-    after = _get(hv, "__sturdy_deploy_after", "units", default={}) or {}
-    smoked = {}
-    for result in _get(hv, "sturdy_smoke_test_instances", "results", default=[]) or []:
-        for entry in result.get("instances", []) if isinstance(result, dict) else []:
-            smoked[entry.get("unit")] = entry
+def _instances(record: dict) -> dict:
+    before, after = record.get("before") or {}, record.get("after") or {}
+    smoked = {e.get("unit"): e for result in record.get("smoke") or [] if isinstance(result, dict)
+              for e in result.get("instances") or []}
+    restarted = {e.get("name"): e for e in record.get("restarted") or []}
     found = {}
     for unit in sorted(set(before) | set(after)):
         if not unit.endswith(".service"):
@@ -75,6 +84,7 @@ def _instances(hv) -> dict:
             "nrestarts_before": b.get("NRestarts"),
             "nrestarts_after": a.get("NRestarts"),
             "restarted": bool(b.get("InvocationID")) and b.get("InvocationID") != a.get("InvocationID"),
+            "restart_seconds": _get(restarted, unit, "seconds"),
             "active": a.get("ActiveState"),
             "smoke_build": _get(s, "answer", "build_id"),
             "smoke_latency": s.get("latency"),
@@ -82,28 +92,49 @@ def _instances(hv) -> dict:
     return found
 
 
-def deploy_report(hostvars, run, build_id, finished, text=False):
-    hosts, marks = {}, {}
-    failures, app = [], None
-    for hv in hostvars:
-        name = hv["inventory_hostname"]
-        app = app or hv.get("sturdy_app")
-        switch = hv.get("__sturdy_release_switch") or {}
-        for phase, at in (hv.get("__sturdy_deploy_marks") or {}).items():
+def _message(report: dict, rollback_failures: list[str], rollback: bool) -> str:
+    if report["result"] == "success":
+        return ""
+    rolled_back = sorted({h["rolled_back_to"] for h in report["hosts"].values() if h["rolled_back_to"]})
+    if rolled_back:
+        outcome = (f"Rolled back to {', '.join(rolled_back)} on the switched hosts; the bad release stays under "
+                   "releases/ for inspection.")
+    elif rollback_failures:
+        outcome = ""
+    elif rollback:
+        outcome = ("Nothing was rolled back: no host was switched from another build by this deploy (the same build, "
+                   "or a first deploy), so the hosts keep what the failed step left.")
+    else:
+        outcome = "Not rolled back (sturdy_deploy_rollback=false)."
+    return " ".join(filter(None, [f"Deploy of {report['build_id']} failed: {' || '.join(report['failures'])}",
+                                  " || ".join(rollback_failures), outcome]))
+
+
+def deploy_report(records, run, plan, finished, rollback=True):
+    hosts, marks, failures, rollback_failures = {}, {}, [], []
+    for name, record in records.items():
+        record = record or {}
+        switch = record.get("switch") or {}
+        for phase, at in (record.get("marks") or {}).items():
             marks.setdefault(phase, []).append(float(at))
-        if hv.get("__sturdy_deploy_failure"):
-            failures.append(hv["__sturdy_deploy_failure"])
+        if record.get("failure"):
+            failures.append(record["failure"])
+        broken = record.get("rollback_failure")
+        if broken:
+            rollback_failures.append(
+                f"ROLLBACK FAILED on {name} at '{broken.get('task')}': {broken.get('msg')} current points at "
+                f"{broken.get('current')}; check the units (systemctl status {plan.get('target')}) and restart them "
+                "by hand.")
         hosts[name] = {
             "from": switch.get("previous") if switch.get("changed") else switch.get("current"),
             "to": switch.get("current"),
             "switched": bool(switch.get("changed")),
-            "rolled_back_to": hv.get("__sturdy_deploy_rolled_back"),
-            "instances": _instances(hv),
+            "rolled_back_to": record.get("rolled_back_to"),
+            "instances": _instances(record),
         }
     started = float(run["started"])
-    order = ["preflight", "install", "migrate", "restart"]
     phases, last = {}, started
-    for phase in order:
+    for phase in PHASES:
         if phase in marks:
             end = max(marks[phase])
             phases[phase] = round(end - last, 1)
@@ -111,23 +142,24 @@ def deploy_report(hostvars, run, build_id, finished, text=False):
     phases["finish"] = round(float(finished) - last, 1)
     rolled_back = any(h["rolled_back_to"] for h in hosts.values())
     report = {
-        "app": app, "build_id": build_id, "run_id": run.get("id"), "owner": run.get("owner"),
+        "app": plan.get("app"), "build_id": plan.get("build_id"), "run_id": run.get("id"), "owner": run.get("owner"),
         "result": "success" if not failures else ("rolled_back" if rolled_back else "failed"),
         "failures": failures, "seconds": round(float(finished) - started, 1), "phases": phases, "hosts": hosts,
     }
-    if not text:
-        return report
-    lines = [f"deploy {app} {build_id}: {report['result']} in {report['seconds']}s "
+    report["message"] = _message(report, rollback_failures, rollback)
+    lines = [f"deploy {report['app']} {report['build_id']}: {report['result']} in {report['seconds']}s "
              f"({', '.join(f'{k} {v}s' for k, v in phases.items())})"]
     for name, host in hosts.items():
         lines.append(f"{name}: {host['from']} -> {host['to']}"
                      + (f", rolled back to {host['rolled_back_to']}" if host["rolled_back_to"] else ""))
         for unit, inst in host["instances"].items():
             smoke = (f"smoke {inst['smoke_build']} in {inst['smoke_latency']}s" if inst["smoke_build"] else "no smoke job")
-            lines.append(f"  {unit}: {inst['active']}, {'restarted' if inst['restarted'] else 'not restarted'}, "
+            took = f" in {inst['restart_seconds']}s" if inst["restart_seconds"] is not None else ""
+            lines.append(f"  {unit}: {inst['active']}, {'restarted' + took if inst['restarted'] else 'not restarted'}, "
                          f"NRestarts {inst['nrestarts_before']} -> {inst['nrestarts_after']}, {smoke}")
-    lines += [f"FAILED: {f}" for f in failures]
-    return lines
+    lines += [f"FAILED: {f}" for f in failures] + rollback_failures
+    report["summary"] = lines
+    return report
 
 
 class FilterModule:

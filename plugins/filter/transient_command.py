@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: transient_command
 short_description: Run a command the way the app's units run, through systemd-run
-version_added: 0.2.0
+version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
 description:
   - Wraps an argv in C(systemd-run --pipe --wait --collect) with the app's user and group, a working directory and

@@ -9,25 +9,22 @@ short_description: Turn process-type declarations into the settings of their sys
 version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
 description:
-  - Fills each declaration of O(_input) with the role defaults and derives what the unit template and the
-    service tasks need, computed in one place.
-  - "Derived per process: C(template) (C(<app>-<name>@.service)), C(units) (the instance units 1..N),
-    C(restart_backoff) (whether the host's systemd has C(RestartSteps=)), C(restart_delays) (seconds before each
+  - Fills each process type of an app plan (M(sturdy.workers.app_plan), which names the units and resolves the
+    commands) with the role defaults and derives what the unit template and the service tasks need on one host.
+  - "Derived per process: C(exec_start) and C(environment_line) (quoted for systemd), C(restart_specs) (what
+    M(sturdy.workers.rolling_restart) takes per instance), C(restart_backoff) (whether the host's systemd has C(RestartSteps=)), C(restart_delays) (seconds before each
     automatic restart up to the start limit), and C(start_limit_interval): the smallest window in which
     C(start_limit_burst) fast failures actually trip the start limit."
-  - A stop timeout that was not declared is raised to C(max_task_runtime) plus the margin.
+  - A stop timeout that was not declared is raised to C(max_task_runtime) plus the margin. A singleton process type
+    gets no instance unless the defaults say C(singleton_here).
 options:
   _input:
-    description: The process-type declarations (C(sturdy_processes)).
+    description: The C(processes) of the app plan.
     type: list
     elements: dict
     required: true
-  app:
-    description: The application name (C(sturdy_app)).
-    type: str
-    required: true
   defaults:
-    description: Values for options a declaration leaves out, plus C(stop_margin).
+    description: Values for options a declaration leaves out, plus C(stop_margin) and C(singleton_here).
     type: dict
     required: true
   systemd_version:
@@ -43,7 +40,9 @@ EXAMPLES = r"""
 
 - name: Plan the units
   ansible.builtin.set_fact:
-    __plan: "{{ sturdy_processes | sturdy.workers.worker_plan(sturdy_app, defaults, host.systemd_version) }}"
+    __plan: >-
+      {{ (sturdy_app | sturdy.workers.app_plan(processes=sturdy_processes)).processes
+         | sturdy.workers.worker_plan(defaults, host.systemd_version) }}
 """
 
 RETURN = r"""
@@ -58,11 +57,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_units import UnitSpecError, plan_processes
 
 
-def worker_plan(processes, app, defaults, systemd_version):
+def worker_plan(processes, defaults, systemd_version):
     try:
-        return plan_processes(app, processes, defaults, int(systemd_version))
+        return plan_processes(processes, defaults, int(systemd_version))
     except (UnitSpecError, KeyError, TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"worker_plan: cannot plan the units of {app!r}: {exc}") from exc
+        raise AnsibleFilterError(f"worker_plan: cannot plan the units: {exc}") from exc
 
 
 class FilterModule:

@@ -14,11 +14,12 @@ import shutil
 import tarfile
 from typing import Callable
 
+from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import BUILD_ID, release_dir, root_paths
+
 RELEASE_FILE = "RELEASE.json"
 MANIFEST_FILE = "MANIFEST.json"
 # Written first and removed last: a release directory that still has it is an interrupted install.
 PARTIAL_MARKER = ".sturdy-partial"
-BUILD_ID = re.compile(r"^[A-Za-z0-9._+-]{1,128}$")
 # Names pip may install from the wheelhouse: a requirement name with an optional version pin.
 REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?(==[A-Za-z0-9.+!_-]+)?$")
 
@@ -31,13 +32,12 @@ class Layout:
     """Where one app's releases and links live."""
 
     def __init__(self, root: str):
-        self.root = os.path.normpath(root)
-        self.releases = os.path.join(root, "releases")
-        self.current = os.path.join(root, "current")
-        self.previous = os.path.join(root, "previous")
+        where = root_paths(root)
+        self.root, self.releases, self.current, self.previous = (where[k] for k in ("root", "releases", "current",
+                                                                                   "previous"))
 
     def release(self, build_id: str) -> str:
-        return os.path.join(self.releases, build_id)
+        return release_dir(self.root, build_id)
 
     def link_target(self, link: str) -> str | None:
         """The build ID a link points at (releases/<id>), or None when there is no such link."""
@@ -264,6 +264,18 @@ def write_file(path: str, content: str, mode: int = 0o644) -> None:
         fh.write(content)
     os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+def missing_executables(release: str, executables: dict[str, str]) -> list[str]:
+    """What in `executables` (path inside the release -> what declares it) is not an executable file in `release`."""
+    problems = []
+    for path, what in sorted(executables.items()):
+        full = os.path.join(release, path)
+        if not os.path.isfile(full):
+            problems.append(f"{what} is missing in {release}")
+        elif not os.stat(full).st_mode & 0o001:
+            problems.append(f"{what} is not executable by the app's user in {release}")
+    return problems
 
 
 def install(layout: Layout, build_id: str, artifact: str, checksum: str, commit: str, python: str,

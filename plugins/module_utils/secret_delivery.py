@@ -27,25 +27,29 @@ def layout(app: str, delivery: str, names: list[str]) -> dict:
                               "names: use letters, digits and '_', not starting with a digit (for example BROKER_URL)")
     directory = f"/etc/{app}"
     credentials = f"{directory}/credentials"
+    env_path = f"{directory}/{app}.env"
     files = {}
     directives = []
     if delivery == "env_file":
-        env_file = f"{directory}/{app}.env"
-        directives.append(f"EnvironmentFile={env_file}")
+        directives.append(f"EnvironmentFile={env_path}")
+        # Without secrets there is no file to load, and an old one goes.
+        unused = [credentials] + ([] if names else [env_path])
     else:
-        env_file = None
         suffix = ".cred" if delivery == "encrypted_credentials" else ""
         key = "LoadCredentialEncrypted" if suffix else "LoadCredential"
         for name in sorted(names):
             files[name] = f"{credentials}/{name}{suffix}"
             directives.append(f"{key}={name}:{files[name]}")
+        unused = [env_path]
     return {
         "delivery": delivery,
         "directory": directory,
-        "env_file": env_file,
+        "env_file": env_path,
         "credentials_directory": credentials,
         "credential_files": files,
         "directives": directives if names else [],
+        # Files of another delivery, or of none: cleanup removes them once the units no longer load them.
+        "unused": unused,
     }
 
 

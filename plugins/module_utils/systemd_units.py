@@ -20,9 +20,6 @@ RESTART_BACKOFF_MIN_SYSTEMD = 254
 # Python program needs a second or two to fail.
 START_ALLOWANCE_SEC = 2
 
-PROCESS_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
-APP_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
-
 _NEEDS_QUOTES_RE = re.compile(r"[\s\"'\\;]")
 
 
@@ -126,17 +123,13 @@ def _window(delays: list[float]) -> int:
     return int(math.ceil(sum(delays) + len(delays) * START_ALLOWANCE_SEC))
 
 
-def _instance_units(app: str, name: str, instances: int) -> list[str]:
-    return [f"{app}-{name}@{i}.service" for i in range(1, instances + 1)]
-
-
 def plan_processes(
-    app: str,
     processes: list[dict[str, Any]],
     defaults: dict[str, Any],
     systemd_version: int,
 ) -> list[dict[str, Any]]:
-    """Merge each declaration with the role defaults and derive what the unit template needs.
+    """Fill the app plan's process types (module_utils/app_plan.py: names, units, accounts, resolved commands)
+    with the role defaults and derive what the unit template needs on a host running `systemd_version`.
 
     Validation of types and option names is argument_specs' job; this only fills in and derives.
     A stop timeout that was not declared is raised to cover the declared task runtime plus the margin;
@@ -157,7 +150,7 @@ def plan_processes(
                 raise UnitSpecError(f"{where}: singleton process types run one instance; set instances: 1 or "
                                     "drop singleton")
             if not singleton_here:
-                proc["instances"] = 0
+                proc["instances"], proc["units"] = 0, []
         if proc.get("adapter", "none") == "celery" and not proc.get("celery_app"):
             raise UnitSpecError(f"{where}: adapter celery needs celery_app, the module of the Celery app as given to "
                                 "`celery -A` (for example celery_app: shop.celery)")
@@ -179,9 +172,7 @@ def plan_processes(
         workdir = [proc["working_directory"]] if proc.get("working_directory") else []
         proc["directories"] = [*workdir, *proc["read_write_paths"]]
         proc["paths"] = [proc["command"][0], *workdir, *proc["environment_files"], *proc["read_write_paths"]]
-        proc["description"] = (proc.get("description") or f"{app} {name}").replace("%", "%%").replace("\n", " ")
-        proc["template"] = f"{app}-{name}@.service"
-        proc["units"] = _instance_units(app, name, int(proc["instances"]))
+        proc["description"] = proc["description"].replace("%", "%%").replace("\n", " ")
         # What sturdy.workers.rolling_restart needs per instance.
         proc["restart_specs"] = [{"name": u, "http": proc["readiness_http"]} for u in proc["units"]]
         timing = [int(proc[k]) for k in ("restart_sec", "restart_steps", "restart_max_delay")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: deploy_lock
 short_description: One deploy of an app at a time on a host
-version_added: 0.2.0
+version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
 description:
   - O(state=present) takes the lock file O(path) for the deploy O(run_id), created exclusively (C(O_EXCL)), so of
@@ -75,38 +75,9 @@ holder:
   type: dict
 """
 
-import datetime
-import json
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-
-def read(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        data = {}
-    if not isinstance(data, dict):
-        data = {}
-    data.setdefault("started_epoch", os.stat(path).st_mtime)
-    return data
-
-
-def describe(path: str, holder: dict, stale_after: int) -> str:
-    age = int(time.time() - float(holder.get("started_epoch") or 0))
-    who = (f"held by {holder.get('owner') or 'an unknown owner'} (run {holder.get('run_id', '?')}) for build "
-           f"{holder.get('build_id') or '?'} since {holder.get('started', '?')}, {age // 60} min {age % 60} s ago")
-    if age > stale_after:
-        return (f"The deploy lock {path} is STALE: {who}, longer than any deploy takes ({stale_after} s). Its deploy "
-                f"probably died before it could release it. If no deploy of this app is running, remove it (rm {path}) "
-                "or deploy with sturdy_deploy_break_lock=true")
-    return (f"Another deploy is running: the deploy lock {path} is {who}. Wait for it to finish and deploy again; "
-            f"if you are sure it is dead, remove the file")
+from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import LockHeld, release, take
 
 
 def main():
@@ -123,42 +94,17 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    path = p["path"]
-    holder = read(path)
-    mine = holder is not None and holder.get("run_id") == p["run_id"]
-
     if p["state"] == "absent":
-        if mine and not module.check_mode:
-            os.unlink(path)
-        module.exit_json(changed=mine, holder=holder or {})
-
-    if mine:
-        module.exit_json(changed=False, holder=holder)
-    if holder is not None:
-        stale = time.time() - float(holder.get("started_epoch") or 0) > p["stale_after"]
-        if not (stale and p["break_stale"]):
-            module.fail_json(msg=describe(path, holder, p["stale_after"]), holder=holder)
-        module.warn(f"Took over the stale deploy lock {path}: {describe(path, holder, p['stale_after'])}")
-        if not module.check_mode:
-            os.unlink(path)
-    if module.check_mode:
-        module.exit_json(changed=True, holder=holder or {})
-    now = time.time()
-    content = {
-        "run_id": p["run_id"], "owner": p["owner"], "build_id": p["build_id"], "pid": os.getpid(),
-        "started": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(timespec="seconds"),
-        "started_epoch": now,
-    }
-    os.makedirs(os.path.dirname(path) or "/", 0o755, exist_ok=True)
+        changed, holder = release(p["path"], p["run_id"], module.check_mode)
+        module.exit_json(changed=changed, holder=holder)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        # Another deploy took it between our read and now.
-        module.fail_json(msg=describe(path, read(path) or {}, p["stale_after"]), holder=read(path) or {})
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(content, fh, sort_keys=True)
-        fh.write("\n")
-    module.exit_json(changed=True, holder=holder or {})
+        changed, holder, warning = take(p["path"], p["run_id"], p["owner"], p["build_id"], p["stale_after"],
+                                        p["break_stale"], module.check_mode)
+    except LockHeld as exc:
+        module.fail_json(msg=str(exc), holder=exc.holder)
+    if warning:
+        module.warn(warning)
+    module.exit_json(changed=changed, holder=holder)
 
 
 if __name__ == "__main__":

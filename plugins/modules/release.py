@@ -62,6 +62,13 @@ options:
         kept release (C(site-packages/sturdy_agent.py) and C(sturdy_agent.pth)) where missing or different, so a
         rollback finds it too. It acts only in processes whose unit sets C(STURDY_AGENT).
     type: str
+  executables:
+    description:
+      - With O(state=present), paths inside the release (C(bin/shop-worker), C(venv/bin/celery)) that must be
+        executable files once it is installed, each mapped to what declares it (C(sturdy_processes[worker].command[0])).
+        One that is missing or not executable for other users fails the task, naming it, before anything switches.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -160,6 +167,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     in_use,
     install,
     installed,
+    missing_executables,
     partial,
     prune_plan,
     release_state,
@@ -200,6 +208,12 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
                 os.makedirs(layout.releases, 0o755, exist_ok=True)
                 install(layout, build_id, p["artifact"], p["checksum"].lower(), p["commit"], p["python"],
                         lambda argv, env: module.run_command(argv, environ_update=env))
+        if p["executables"] and release_state(layout, build_id) == "installed":
+            problems = missing_executables(layout.release(build_id), p["executables"])
+            if problems:
+                raise ReleaseError(f"Build {build_id} is installed, but " + "; ".join(problems)
+                                   + ". Nothing running was changed. Fix the build (or the declaration) and deploy "
+                                   "again; the release stays for inspection")
         plan = installed(layout)
         if build_id not in [r["build_id"] for r in plan]:
             plan.append({"build_id": build_id})  # check mode: where the install would go, newest
@@ -276,6 +290,7 @@ def main():
             "python": {"type": "path", "default": "/usr/bin/python3"},
             "keep": {"type": "int", "default": 0},
             "agent": {"type": "str"},
+            "executables": {"type": "dict", "default": {}},
         },
         required_if=[("state", "present", ["build_id", "checksum"]), ("state", "current", ["build_id"])],
         supports_check_mode=True,

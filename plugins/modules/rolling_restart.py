@@ -7,8 +7,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: rolling_restart
 short_description: Restart systemd units one at a time, each ready and stable before the next
-version_added: 0.2.0
+version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
+extends_documentation_fragment:
+  - sturdy.workers.systemd
 description:
   - For each unit in order, resets its start-limit counter (a deliberate restart counts toward C(StartLimitBurst=)
     like a crash), restarts it and waits for the restart job. With C(Type=notify) that is the process's C(READY=1)
@@ -43,10 +45,6 @@ attributes:
   diff_mode:
     support: none
     description: Restarts are not file changes.
-  platform:
-    support: full
-    platforms: posix
-    description: Needs systemd as the service manager.
 requirements:
   - systemd
 """
@@ -81,19 +79,20 @@ journal:
   elements: str
 """
 
-import time
 from urllib.error import URLError
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import (
-    WATCH_PROPERTIES,
-    crash_signs,
-    parse_show,
-)
+from ansible_collections.sturdy.workers.plugins.module_utils.rollout import ENV, Host, RolloutError, roll
 
-POLL = 0.5
+
+def http_ok(url: str) -> bool:
+    try:
+        with open_url(url, timeout=2, validate_certs=False) as response:
+            return 200 <= response.status < 300
+    except (URLError, OSError, ValueError):
+        return False
 
 
 def main():
@@ -112,78 +111,14 @@ def main():
         module.exit_json(changed=False, restarted=[])
     if module.check_mode:
         module.exit_json(changed=True, restarted=[{"name": u["name"]} for u in units])
-    env = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
-
-    def show(name: str) -> dict:
-        rc, out, err = module.run_command(["systemctl", "show", "--property=" + ",".join(WATCH_PROPERTIES), "--", name],
-                                          environ_update=env)
-        if rc != 0:
-            module.fail_json(msg=f"systemctl show {name} failed (rc {rc}): {err.strip()}")
-        return (parse_show(out) or [{}])[0]
-
-    restarted: list[dict] = []
-
-    def fail(name: str, why: str, since: float) -> None:
-        # The process's last words (a traceback) reach the journal through a pipe, and journald may lag behind
-        # systemd's own record of the exit: wait (up to 5 s) until that record is there.
-        for attempt in range(10):
-            module.run_command(["journalctl", "--sync"], environ_update=env)
-            # Everything since the restart, cut here: with --since, journalctl -n does not give the newest lines.
-            rc, out, dummy = module.run_command(
-                ["journalctl", "--no-pager", "--quiet", "-o", "short-iso", "-u", name, "--since",
-                 f"@{int(since) - 1}"], environ_update=env)
-            if rc != 0 or attempt == 9 or any(mark in out for mark in ("Main process exited", "Failed with result")):
-                break
-            time.sleep(0.5)
-        journal = out.splitlines()[-p["journal_lines"]:] if rc == 0 else []
-        rest = [u["name"] for u in units[len(restarted) + 1:]]
-        module.fail_json(
-            msg=(f"{name} did not come up on the new code: {why}. "
-                 + (f"Not restarted, still on the code they ran: {', '.join(rest)}. " if rest else "")
-                 + f"Last log lines ({len(journal)}):\n" + "\n".join(journal)),
-            failed_unit=name, journal=journal, restarted=restarted, changed=True)
-
-    for unit in units:
-        name = unit["name"]
-        before = show(name)
-        since = time.time()
-        started = time.monotonic()
-        module.run_command(["systemctl", "reset-failed", "--", name], environ_update=env)
-        rc, dummy, err = module.run_command(["systemctl", "restart", "--", name], environ_update=env)
-        if rc != 0:
-            fail(name, f"the restart failed ({err.strip() or 'rc ' + str(rc)})", since)
-        now = show(name)
-        if unit.get("http"):
-            deadline = time.monotonic() + p["ready_timeout"]
-            while True:
-                try:
-                    with open_url(unit["http"], timeout=2, validate_certs=False) as response:
-                        if 200 <= response.status < 300:
-                            break
-                except (URLError, OSError, ValueError):
-                    pass
-                if time.monotonic() > deadline:
-                    fail(name, f"{unit['http']} did not answer 2xx within {p['ready_timeout']:.0f}s", since)
-                why = crash_signs(now, show(name))
-                if why:
-                    fail(name, why, since)
-                time.sleep(POLL)
-        ready = time.monotonic() - started
-        settle_until = time.monotonic() + p["settle"]
-        while True:
-            why = crash_signs(now, show(name))
-            if why:
-                fail(name, why, since)
-            if time.monotonic() >= settle_until:
-                break
-            time.sleep(POLL)
-        restarted.append({
-            "name": name,
-            "seconds": round(time.monotonic() - started, 2),
-            "ready_seconds": round(ready, 2),
-            "before": {k: before.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
-            "after": {k: now.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
-        })
+    host = Host(lambda argv: module.run_command(argv, environ_update=ENV), http_ok)
+    try:
+        restarted = roll(host, units, p["settle"], p["ready_timeout"], p["journal_lines"])
+    except RolloutError as exc:
+        module.fail_json(msg=exc.msg, failed_unit=exc.failed_unit, journal=exc.journal, restarted=exc.restarted,
+                         changed=True)
+    except RuntimeError as exc:
+        module.fail_json(msg=str(exc), changed=True)
     module.exit_json(changed=True, restarted=restarted)
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: smoke_test
 short_description: Prove that every worker instance runs the expected build, and that each real queue is consumed
-version_added: 0.2.0
+version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
+extends_documentation_fragment:
+  - sturdy.workers.systemd
 description:
   - Sends a smoke job to the per-instance smoke queue of each unit in O(units) (the sturdy.workers agent in the
     release makes every instance consume its own) and waits until O(timeout) for all answers. Each answer must
@@ -83,10 +85,6 @@ attributes:
   diff_mode:
     support: none
     description: Changes nothing.
-  platform:
-    support: full
-    platforms: posix
-    description: Needs systemd (C(systemd-run)).
 requirements:
   - systemd
   - the sturdy.workers agent in the release (installed by the release role)

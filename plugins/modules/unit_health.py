@@ -9,6 +9,8 @@ module: unit_health
 short_description: Read the state of systemd units and of the services grouped by a target
 version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
+extends_documentation_fragment:
+  - sturdy.workers.systemd
 description:
   - Reads the host's systemd version, the services a target groups (its C(Wants=) and C(ConsistsOf=), that is,
     enabled instances and instances that are C(PartOf=) it), and the state of those services and of O(units),
@@ -52,10 +54,6 @@ attributes:
   diff_mode:
     support: none
     description: Changes nothing, so there is nothing to show.
-  platform:
-    support: full
-    platforms: posix
-    description: Needs systemd as the service manager.
 requirements:
   - systemd
 """

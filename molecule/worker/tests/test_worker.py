@@ -302,9 +302,13 @@ def _with(name: str, **changes) -> list[dict]:
 
 
 NEGATIVE = {
-    "relative command path": (
+    "relative command path, resolved against a release that is not there": (
         {"sturdy_processes": _with("worker", command=["venv/bin/celery", "worker"])},
-        "sturdy_processes[worker].command: the executable 'venv/bin/celery' is not an absolute path",
+        "sturdy_processes[worker].command[0]=/srv/demo/current/venv/bin/celery does not exist",
+    ),
+    "command that climbs out of the release": (
+        {"sturdy_processes": _with("worker", command=["../bin/celery", "worker"])},
+        "sturdy_processes[worker].command[0]: '../bin/celery' is not a path inside the release",
     ),
     "missing executable": (
         {"sturdy_processes": _with("worker", command=["/opt/sturdy-test/venv/bin/celery"])},

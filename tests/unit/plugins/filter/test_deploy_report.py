@@ -3,37 +3,56 @@ from __future__ import annotations
 from ansible_collections.sturdy.workers.plugins.filter.deploy_report import deploy_report
 
 RUN = {"id": "r1", "owner": "ci@box", "started": 1000.0}
+PLAN = {"app": "shop", "build_id": "2", "target": "shop.target"}
 
 
-def host(name, before_inv="a", after_inv="b", failure=None, rolled_back=None):
+def record(before_inv="a", after_inv="b", failure="", rolled_back=None, switched=True, rollback_failure=None):
     return {
-        "inventory_hostname": name, "sturdy_app": "shop",
-        "__sturdy_release_switch": {"changed": True, "previous": "1", "current": "2"},
-        "__sturdy_deploy_marks": {"preflight": 1010.0, "install": 1030.0, "migrate": 1035.0, "restart": 1060.0},
-        "__sturdy_deploy_before": {"units": {"shop-worker@1.service": {"NRestarts": "3", "InvocationID": before_inv}}},
-        "__sturdy_deploy_after": {"units": {"shop-worker@1.service": {"NRestarts": "0", "InvocationID": after_inv,
-                                                                      "ActiveState": "active"}}},
-        "sturdy_smoke_test_instances": {"results": [{"instances": [
-            {"unit": "shop-worker@1.service", "latency": 0.05, "answer": {"build_id": "2"}}]}]},
-        **({"__sturdy_deploy_failure": failure} if failure else {}),
-        **({"__sturdy_deploy_rolled_back": rolled_back} if rolled_back else {}),
+        "switch": {"changed": switched, "previous": "1", "current": "2"},
+        "marks": {"preflight": 1010.0, "install": 1030.0, "migrate": 1035.0, "restart": 1060.0},
+        "before": {"shop-worker@1.service": {"NRestarts": "3", "InvocationID": before_inv}},
+        "after": {"shop-worker@1.service": {"NRestarts": "0", "InvocationID": after_inv, "ActiveState": "active"}},
+        "smoke": [{"instances": [{"unit": "shop-worker@1.service", "latency": 0.05, "answer": {"build_id": "2"}}]}],
+        "restarted": [{"name": "shop-worker@1.service", "seconds": 4.2}],
+        "failure": failure,
+        "rolled_back_to": rolled_back,
+        "rollback_failure": rollback_failure,
     }
 
 
 def test_success_report_has_builds_phases_restarts_and_latency():
-    rep = deploy_report([host("h1")], RUN, "2", 1070.0)
-    assert rep["result"] == "success" and rep["seconds"] == 70.0
+    rep = deploy_report({"h1": record()}, RUN, PLAN, 1070.0)
+    assert rep["result"] == "success" and rep["seconds"] == 70.0 and rep["message"] == ""
     assert rep["phases"] == {"preflight": 10.0, "install": 20.0, "migrate": 5.0, "restart": 25.0, "finish": 10.0}
     inst = rep["hosts"]["h1"]["instances"]["shop-worker@1.service"]
-    assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "active": "active",
-                    "smoke_build": "2", "smoke_latency": 0.05}
+    assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "restart_seconds": 4.2,
+                    "active": "active", "smoke_build": "2", "smoke_latency": 0.05}
     assert rep["hosts"]["h1"]["from"] == "1" and rep["hosts"]["h1"]["to"] == "2"
+    assert rep["summary"][0].startswith("deploy shop 2: success in 70.0s")
+    assert "restarted in 4.2s" in rep["summary"][2]
 
 
 def test_failure_and_rollback_are_reported():
-    rep = deploy_report([host("h1", failure="h1: boom", rolled_back="1"), host("h2", after_inv="a")], RUN, "2",
+    rep = deploy_report({"h1": record(failure="h1: boom", rolled_back="1"), "h2": record(after_inv="a")}, RUN, PLAN,
                         1070.0)
     assert rep["result"] == "rolled_back" and rep["failures"] == ["h1: boom"]
     assert rep["hosts"]["h2"]["instances"]["shop-worker@1.service"]["restarted"] is False
-    text = deploy_report([host("h1", failure="h1: boom")], RUN, "2", 1070.0, text=True)
-    assert text[0].startswith("deploy shop 2: failed in 70.0s") and text[-1] == "FAILED: h1: boom"
+    assert rep["message"] == ("Deploy of 2 failed: h1: boom Rolled back to 1 on the switched hosts; the bad release "
+                              "stays under releases/ for inspection.")
+    failed = deploy_report({"h1": record(failure="h1: boom")}, RUN, PLAN, 1070.0)
+    assert failed["summary"][0].startswith("deploy shop 2: failed in 70.0s") and failed["summary"][-1] == "FAILED: h1: boom"
+
+
+def test_the_message_says_why_nothing_was_rolled_back():
+    rep = deploy_report({"h1": record(failure="h1: boom", switched=False)}, RUN, PLAN, 1070.0)
+    assert "Nothing was rolled back: no host was switched" in rep["message"]
+    off = deploy_report({"h1": record(failure="h1: boom")}, RUN, PLAN, 1070.0, rollback=False)
+    assert off["message"].endswith("Not rolled back (sturdy_deploy_rollback=false).")
+
+
+def test_a_failed_rollback_names_the_host_and_what_to_do():
+    broken = {"task": "Restart", "msg": "shop-worker@1.service did not come up.", "current": "1"}
+    rep = deploy_report({"h1": record(failure="h1: boom", rollback_failure=broken)}, RUN, PLAN, 1070.0)
+    assert ("ROLLBACK FAILED on h1 at 'Restart': shop-worker@1.service did not come up. current points at 1; check "
+            "the units (systemctl status shop.target) and restart them by hand.") in rep["message"]
+    assert "Nothing was rolled back" not in rep["message"]

@@ -30,14 +30,17 @@ def test_layout_env_file():
     got = layout("shop", "env_file", ["B", "A"])
     assert got["env_file"] == "/etc/shop/shop.env"
     assert got["directives"] == ["EnvironmentFile=/etc/shop/shop.env"]
-    assert layout("shop", "env_file", [])["directives"] == []
+    assert got["unused"] == ["/etc/shop/credentials"]
+    empty = layout("shop", "env_file", [])
+    assert empty["directives"] == [] and empty["unused"] == ["/etc/shop/credentials", "/etc/shop/shop.env"]
 
 
 @pytest.mark.parametrize("delivery, key, suffix", [("credentials", "LoadCredential", ""),
                                                    ("encrypted_credentials", "LoadCredentialEncrypted", ".cred")])
 def test_layout_credentials(delivery, key, suffix):
     got = layout("shop", delivery, ["BROKER_URL", "API_KEY"])
-    assert got["env_file"] is None
+    # The environment file of the other delivery is what cleanup removes.
+    assert got["unused"] == ["/etc/shop/shop.env"]
     assert got["credential_files"] == {"API_KEY": f"/etc/shop/credentials/API_KEY{suffix}",
                                        "BROKER_URL": f"/etc/shop/credentials/BROKER_URL{suffix}"}
     assert got["directives"] == [f"{key}=API_KEY:/etc/shop/credentials/API_KEY{suffix}",

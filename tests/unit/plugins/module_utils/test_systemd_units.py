@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import plan
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_units import (
     UnitSpecError,
     environment_line,
@@ -99,8 +100,8 @@ def test_start_limit_covers_the_backoff_delays():
     assert start_limit_interval(1, 3, 4, 4, backoff=False) == 12
 
 
-def _plan(processes, version=257):
-    return plan_processes("shop", processes, DEFAULTS, version)
+def _plan(processes, version=257, defaults=None):
+    return plan_processes(plan("shop", processes=processes)["processes"], defaults or DEFAULTS, version)
 
 
 def test_plan_fills_defaults_and_names_units():
@@ -142,8 +143,10 @@ def test_plan_none_values_fall_back_to_defaults():
 
 
 def test_plan_errors_name_the_process_and_option():
+    # The app plan resolves commands against the release; a relative one that reaches here cannot run.
+    raw = {"name": "w", "command": ["w"], "units": [], "description": "w"}
     with pytest.raises(UnitSpecError, match=r"sturdy_processes\[w\]\.command"):
-        _plan([{"name": "w", "command": ["w"]}])
+        plan_processes([raw], DEFAULTS, 257)
     with pytest.raises(UnitSpecError, match=r"sturdy_processes\[w\]\.environment"):
         _plan([{"name": "w", "command": ["/bin/w"], "environment": {"BAD NAME": "x"}}])
 
@@ -161,6 +164,12 @@ def test_plan_collects_paths_for_the_absolute_path_check():
         ]
     )
     assert worker["paths"] == ["/bin/w", "/srv/shop", "/etc/shop/shop.env", "data"]
+
+
+def test_plan_writes_a_relative_command_from_current():
+    (worker,) = _plan([{"name": "w", "command": ["venv/bin/celery", "worker", "-n", "w@%h"]}])
+    assert worker["exec_start"] == "/srv/shop/current/venv/bin/celery worker -n w@%%h"
+    assert worker["paths"] == ["/srv/shop/current/venv/bin/celery", "/srv/shop/current"]
 
 
 def test_plan_without_steps_or_room_to_grow_has_no_backoff():
@@ -186,8 +195,8 @@ def test_plan_lists_directories_that_must_exist():
 
 def test_plan_singleton_runs_one_instance_on_one_host_only():
     declared = [{"name": "beat", "command": ["/bin/b"], "singleton": True}]
-    (here,) = plan_processes("shop", declared, dict(DEFAULTS, singleton_here=True), 257)
-    (elsewhere,) = plan_processes("shop", declared, dict(DEFAULTS, singleton_here=False), 257)
+    (here,) = _plan(declared, defaults=dict(DEFAULTS, singleton_here=True))
+    (elsewhere,) = _plan(declared, defaults=dict(DEFAULTS, singleton_here=False))
     assert here["units"] == ["shop-beat@1.service"] and elsewhere["units"] == []
     assert "singleton_here" not in here
     with pytest.raises(UnitSpecError, match=r"sturdy_processes\[beat\]: singleton .* instances: 1"):

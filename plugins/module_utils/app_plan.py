@@ -1,0 +1,237 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The app plan: an application's declaration in, every fact derived from it out.
+
+One place for the rules that name things (units, target, paths, accounts) and that resolve commands
+against a release, so no role, module or filter writes them again. Pure functions, no Ansible imports:
+the app_plan filter exposes plan() to the roles, the modules import the helpers they need.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+from typing import Any
+
+from ansible_collections.sturdy.workers.plugins.module_utils.secret_delivery import SecretSpecError, layout
+
+APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+BUILD_ID = re.compile(r"^[A-Za-z0-9._+-]{1,128}$")
+PROCESS_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+# Where systemd reads administrator units (systemd.unit(5)).
+UNIT_DIR = "/etc/systemd/system"
+# Adapters whose instances answer smoke jobs (module_utils/adapters.py).
+SMOKE_ADAPTERS = ("celery", "command")
+# Relative paths inside a release: no ./, ../ or empty segments (a command must stay inside the release).
+_MEMBER = re.compile(r"^(?!\.{1,2}(/|$))(?!.*/\.{1,2}(/|$))(?!.*//)[^/\0][^\0]*$")
+
+
+class AppPlanError(ValueError):
+    """A declaration the collection cannot plan; the message names the variable and the fix."""
+
+
+def check_app(app: Any) -> str:
+    if not isinstance(app, str) or not APP_NAME.match(app):
+        raise AppPlanError(f"sturdy_app={json.dumps(app)} cannot name units, users and paths: use lower-case letters, digits "
+                           "and '-', starting with a letter, at most 32 characters (for example sturdy_app: shop)")
+    return app
+
+
+def check_build_id(build_id: Any, variable: str = "sturdy_build_id") -> str:
+    if not isinstance(build_id, str) or not BUILD_ID.match(build_id):
+        raise AppPlanError(f"{variable}={json.dumps(build_id)} cannot go into a unit file or name a release: use letters, "
+                           "digits and . _ + - only, 1 to 128 characters (for example 2026.11.29-1a2b3c)")
+    return build_id
+
+
+def paths(app: str, root: str = "") -> dict[str, str]:
+    """Where an app's releases, links and deploy lock live (root defaults to /srv/<app>)."""
+    root = root or f"/srv/{check_app(app)}"
+    if not root.startswith("/"):
+        raise AppPlanError(f"sturdy_release_root={root!r} is not an absolute path; use one such as /srv/{app}")
+    return root_paths(root)
+
+
+def root_paths(root: str) -> dict[str, str]:
+    root = posixpath.normpath(root)
+    return {
+        "root": root,
+        "releases": f"{root}/releases",
+        "current": f"{root}/current",
+        "previous": f"{root}/previous",
+        "lock": f"{root}/.deploy.lock",
+        # The artifact waits here between the copy and the install.
+        "incoming": f"{root}/.incoming",
+    }
+
+
+def release_dir(root: str, build_id: str) -> str:
+    return f"{root}/releases/{build_id}"
+
+
+def target_unit(app: str) -> str:
+    return f"{app}.target"
+
+
+def template_unit(app: str, process: str) -> str:
+    return f"{app}-{process}@.service"
+
+
+def instance_unit(app: str, process: str, n: int) -> str:
+    return f"{app}-{process}@{n}.service"
+
+
+def instance_pattern(app: str, process: str | None = None) -> str:
+    """A regular expression for the instance units of one process type, or of every process type of the app."""
+    name = re.escape(process) if process else "[a-z][a-z0-9_-]*"
+    return f"^{re.escape(app)}-{name}@[^.]+[.]service$"
+
+
+def marker(app: str) -> str:
+    """A line in every unit the collection writes: units without it are not this app's and are never replaced."""
+    return f"# sturdy.workers: app={app}"
+
+
+def member(path: str, current: str) -> str | None:
+    """The path inside a release that `path` names: relative paths are, and so are absolute ones under current/.
+    None for a path outside the release (a system binary)."""
+    if path.startswith(current + "/"):
+        path = path[len(current) + 1:]
+    elif path.startswith("/"):
+        return None
+    if not _MEMBER.match(path):
+        raise AppPlanError(f"{path!r} is not a path inside the release: give it relative to the release "
+                           "(bin/shop-worker, venv/bin/celery) without ./ or ../, or absolute")
+    return path
+
+
+def resolve(path: str, release: str, current: str) -> str:
+    """`path` (relative to a release, under current/, or absolute elsewhere) as an absolute path in `release`."""
+    inside = member(path, current)
+    return path if inside is None else f"{release}/{inside}"
+
+
+def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str, group: str) -> dict[str, Any]:
+    name = declared.get("name")
+    if not isinstance(name, str) or not PROCESS_NAME.match(name):
+        raise AppPlanError(f"sturdy_processes[].name={json.dumps(name)}: a process type name is lower-case letters, "
+                           "digits, '_' and '-', starting with a letter, at most 40 characters (for example name: worker)")
+    where = f"sturdy_processes[{name}]"
+    command = declared.get("command")
+    if not isinstance(command, (list, tuple)) or not command or not all(isinstance(a, str) for a in command):
+        raise AppPlanError(f"{where}.command must be a non-empty list of strings (argv), for example "
+                           "[bin/shop-worker, --concurrency, '4']")
+    try:
+        inside = member(command[0], root["current"])
+    except AppPlanError as exc:
+        raise AppPlanError(f"{where}.command[0]: {exc}") from None
+    workdir = declared.get("working_directory")
+    if workdir is not None:
+        try:
+            workdir = resolve(str(workdir), root["current"], root["current"])
+        except AppPlanError as exc:
+            raise AppPlanError(f"{where}.working_directory: {exc}") from None
+    elif not command[0].startswith("/"):
+        # A command given relative to the release runs from it, as the smoke test expects.
+        workdir = root["current"]
+    instances = declared.get("instances")
+    instances = 1 if instances is None else int(instances)
+    adapter = declared.get("adapter") or "none"
+    return {
+        **{k: v for k, v in declared.items() if v is not None},
+        "name": name,
+        "adapter": adapter,
+        "smoke": adapter in SMOKE_ADAPTERS,
+        "instances": instances,
+        "user": declared.get("user") or user,
+        "group": declared.get("group") or group,
+        "command": [resolve(command[0], root["current"], root["current"]), *command[1:]],
+        "member": inside,
+        "working_directory": workdir,
+        "queues": list(declared.get("queues") or []),
+        "environment": dict(declared.get("environment") or {}),
+        "description": declared.get("description") or f"{app} {name}",
+        "template": template_unit(app, name),
+        "units": [instance_unit(app, name, n) for n in range(1, instances + 1)],
+        "unit_pattern": instance_pattern(app, name),
+    }
+
+
+def plan(
+    app: str,
+    build_id: str = "",
+    root: str = "",
+    processes: list[dict[str, Any]] | None = None,
+    secrets: list[str] | dict | None = None,
+    delivery: str = "env_file",
+    user: str = "",
+    group: str = "",
+    migrate_command: list[str] | None = None,
+    artifact: str = "",
+    base_dir: str = "",
+) -> dict[str, Any]:
+    """Everything derived from an app's declaration.
+
+    `build_id` may be empty (a role used without a release); `artifact` relative to `base_dir` (the playbook's
+    directory) is made absolute; `migrate_command` is resolved against the build's release.
+    """
+    check_app(app)
+    if build_id:
+        check_build_id(build_id)
+    where = paths(app, root)
+    user = user or app
+    group = group or app
+    try:
+        secret_layout = layout(app, delivery or "env_file", sorted(str(n) for n in (secrets or [])))
+    except SecretSpecError as exc:
+        raise AppPlanError(str(exc)) from None
+    procs = [_process(app, where, dict(p), user, group) for p in (processes or [])]
+    names = [p["name"] for p in procs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise AppPlanError(f"sturdy_processes[].name={json.dumps(twice[0])} is declared more than once: declare each "
+                           "process type once")
+    release = release_dir(where["root"], build_id) if build_id else ""
+    # Every path inside the release something runs, and what declares it (as a message would name it).
+    executables = {p["member"]: f"sturdy_processes[{p['name']}].command[0]={p['command'][0]}" for p in procs
+                   if p["member"]}
+    migrate = None
+    if migrate_command:
+        if not isinstance(migrate_command, (list, tuple)) or not all(isinstance(a, str) and a for a in migrate_command):
+            raise AppPlanError(f"sturdy_migrate_command={migrate_command!r}: give an argv list whose first element is "
+                               "a path inside the release (bin/shop-migrate) or absolute")
+        try:
+            inside = member(migrate_command[0], where["current"])
+        except AppPlanError as exc:
+            raise AppPlanError(f"sturdy_migrate_command[0]: {exc}") from None
+        migrate = {
+            "member": inside,
+            "command": [f"{release}/{inside}" if inside and release else migrate_command[0], *migrate_command[1:]],
+        }
+        if inside:
+            executables.setdefault(inside, f"sturdy_migrate_command[0]={migrate_command[0]}")
+    if artifact and not os.path.isabs(artifact):
+        artifact = os.path.normpath(os.path.join(base_dir or os.getcwd(), artifact))
+    return {
+        "app": app,
+        "build_id": build_id,
+        **where,
+        "release": release,
+        "artifact": artifact,
+        "target": target_unit(app),
+        "marker": marker(app),
+        "unit_dir": UNIT_DIR,
+        "unit_files": [template_unit(app, "*"), target_unit(app)],
+        "instance_pattern": instance_pattern(app),
+        "user": user,
+        "group": group,
+        "users": sorted({p["user"] for p in procs}),
+        "groups": sorted({p["group"] for p in procs}),
+        "secrets": secret_layout,
+        "processes": procs,
+        "smoke_processes": [p for p in procs if p["smoke"]],
+        "executables": executables,
+        "migrate": migrate,
+    }

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sturdy.workers.plugins.filter.app_plan import FilterModule
+
+app_plan = FilterModule().filters()["app_plan"]
+
+
+def test_filter_takes_the_secrets_mapping_and_names_only():
+    plan = app_plan("shop", secrets={"BROKER_URL": "redis://:pw@x"}, delivery="credentials")
+    assert plan["secrets"]["credential_files"] == {"BROKER_URL": "/etc/shop/credentials/BROKER_URL"}
+    assert "redis://" not in repr(plan)
+
+
+def test_filter_treats_none_as_not_given():
+    plan = app_plan("shop", build_id=None, root=None, processes=None, secrets=None, migrate_command=None)
+    assert plan["root"] == "/srv/shop" and plan["release"] == "" and plan["processes"] == []
+
+
+def test_filter_errors_are_filter_errors_naming_the_variable():
+    with pytest.raises(AnsibleFilterError, match='app_plan: sturdy_app="Shop"'):
+        app_plan("Shop")

@@ -1,0 +1,159 @@
+"""The app plan: one test per derived value, each worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import (
+    AppPlanError,
+    instance_pattern,
+    member,
+    plan,
+    resolve,
+)
+
+WORKER = {"name": "worker", "adapter": "celery", "celery_app": "shop.celery", "queues": ["default"],
+          "command": ["bin/shop-worker", "-Q", "default"], "instances": 2}
+WEB = {"name": "web", "command": ["/srv/shop/current/bin/shop-web", "--port", "8000"], "user": "www",
+       "working_directory": "/srv/shop/current"}
+BEAT = {"name": "beat", "command": ["/usr/bin/celery", "beat"], "singleton": True}
+
+
+def shop(**kw):
+    args = {"build_id": "2026.11.29-2", "processes": [WORKER, WEB, BEAT], "secrets": ["BROKER_URL"],
+            "migrate_command": ["bin/shop-migrate", "--noinput"]}
+    return plan("shop", **{**args, **kw})
+
+
+def by_name(p, name):
+    return next(proc for proc in p["processes"] if proc["name"] == name)
+
+
+def test_paths_default_to_srv_app():
+    p = shop()
+    assert (p["root"], p["releases"], p["current"], p["previous"]) == (
+        "/srv/shop", "/srv/shop/releases", "/srv/shop/current", "/srv/shop/previous")
+    assert p["lock"] == "/srv/shop/.deploy.lock" and p["incoming"] == "/srv/shop/.incoming"
+    assert p["release"] == "/srv/shop/releases/2026.11.29-2"
+
+
+def test_root_can_be_moved_and_is_normalised():
+    p = shop(root="/opt/apps/shop/")
+    assert p["current"] == "/opt/apps/shop/current" and p["lock"] == "/opt/apps/shop/.deploy.lock"
+    assert by_name(p, "worker")["command"][0] == "/opt/apps/shop/current/bin/shop-worker"
+
+
+def test_no_build_no_release():
+    assert shop(build_id="")["release"] == ""
+
+
+def test_unit_names_target_and_marker():
+    p = shop()
+    assert p["target"] == "shop.target"
+    assert p["marker"] == "# sturdy.workers: app=shop"
+    assert p["unit_dir"] == "/etc/systemd/system"
+    assert p["unit_files"] == ["shop-*@.service", "shop.target"]
+    worker = by_name(p, "worker")
+    assert worker["template"] == "shop-worker@.service"
+    assert worker["units"] == ["shop-worker@1.service", "shop-worker@2.service"]
+    assert by_name(p, "web")["units"] == ["shop-web@1.service"]
+
+
+def test_instance_patterns_match_this_app_only():
+    import re
+
+    app = re.compile(shop()["instance_pattern"])
+    assert app.match("shop-worker@1.service") and app.match("shop-web@12.service")
+    assert not app.match("shop-api-worker@1.service".replace("shop-api", "shopx")) and not app.match("shop.target")
+    worker = re.compile(by_name(shop(), "worker")["unit_pattern"])
+    assert worker.match("shop-worker@3.service") and not worker.match("shop-worker2@1.service")
+    assert not re.match(instance_pattern("shop", "web"), "shop-webhook@1.service")
+
+
+def test_accounts_default_to_the_app_name():
+    p = shop()
+    assert (p["user"], p["group"]) == ("shop", "shop")
+    assert p["users"] == ["shop", "www"] and p["groups"] == ["shop"]
+    assert by_name(p, "web")["user"] == "www" and by_name(p, "web")["group"] == "shop"
+    assert shop(user="svc", group="svcg")["users"] == ["svc", "www"]
+
+
+def test_secret_layout_and_directives():
+    p = shop(delivery="credentials")
+    assert p["secrets"]["credential_files"] == {"BROKER_URL": "/etc/shop/credentials/BROKER_URL"}
+    assert p["secrets"]["directives"] == ["LoadCredential=BROKER_URL:/etc/shop/credentials/BROKER_URL"]
+    assert shop()["secrets"]["directives"] == ["EnvironmentFile=/etc/shop/shop.env"]
+
+
+def test_smoke_processes_are_those_with_a_smoke_adapter():
+    p = shop()
+    assert [proc["name"] for proc in p["smoke_processes"]] == ["worker"]
+    assert by_name(p, "worker")["smoke"] and not by_name(p, "web")["smoke"]
+    assert by_name(p, "web")["adapter"] == "none"
+
+
+def test_relative_commands_resolve_against_current_and_run_from_it():
+    worker = by_name(shop(), "worker")
+    assert worker["command"] == ["/srv/shop/current/bin/shop-worker", "-Q", "default"]
+    assert worker["member"] == "bin/shop-worker"
+    assert worker["working_directory"] == "/srv/shop/current"
+
+
+def test_absolute_commands_keep_working():
+    web, beat = by_name(shop(), "web"), by_name(shop(), "beat")
+    assert web["command"][0] == "/srv/shop/current/bin/shop-web" and web["member"] == "bin/shop-web"
+    assert beat["command"][0] == "/usr/bin/celery" and beat["member"] is None
+    assert beat["working_directory"] is None
+
+
+def test_executables_name_what_declares_them():
+    assert shop()["executables"] == {
+        "bin/shop-worker": "sturdy_processes[worker].command[0]=/srv/shop/current/bin/shop-worker",
+        "bin/shop-web": "sturdy_processes[web].command[0]=/srv/shop/current/bin/shop-web",
+        "bin/shop-migrate": "sturdy_migrate_command[0]=bin/shop-migrate",
+    }
+
+
+def test_migration_resolves_against_the_new_release():
+    assert shop()["migrate"] == {"member": "bin/shop-migrate",
+                                 "command": ["/srv/shop/releases/2026.11.29-2/bin/shop-migrate", "--noinput"]}
+    assert shop(migrate_command=["/usr/local/bin/migrate"])["migrate"]["command"] == ["/usr/local/bin/migrate"]
+    assert shop(migrate_command=[])["migrate"] is None
+
+
+def test_venv_commands_are_members_too():
+    p = shop(processes=[{"name": "worker", "command": ["venv/bin/celery", "-A", "shop", "worker"]}])
+    assert p["executables"] == {"venv/bin/celery": "sturdy_processes[worker].command[0]=/srv/shop/current/venv/bin/celery",
+                                "bin/shop-migrate": "sturdy_migrate_command[0]=bin/shop-migrate"}
+
+
+def test_relative_artifact_starts_at_the_base_dir():
+    assert shop(artifact="dist/a.tar.gz", base_dir="/play")["artifact"] == "/play/dist/a.tar.gz"
+    assert shop(artifact="/b/a.tar.gz", base_dir="/play")["artifact"] == "/b/a.tar.gz"
+
+
+def test_member_and_resolve():
+    assert member("/srv/shop/current/venv/bin/celery", "/srv/shop/current") == "venv/bin/celery"
+    assert member("/usr/bin/python3", "/srv/shop/current") is None
+    assert resolve("bin/x", "/srv/shop/releases/7", "/srv/shop/current") == "/srv/shop/releases/7/bin/x"
+    assert resolve("/srv/shop/current/bin/x", "/srv/shop/releases/7", "/srv/shop/current") == "/srv/shop/releases/7/bin/x"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"app": "Shop App"}, 'sturdy_app="Shop App" cannot name units'),
+    ({"build_id": 'v1"; rm -rf /'}, 'sturdy_build_id="v1\\"; rm -rf /" cannot go into a unit file'),
+    ({"processes": [{"name": "Worker", "command": ["/bin/x"]}]}, 'sturdy_processes[].name="Worker"'),
+    ({"processes": [WEB, WEB]}, 'sturdy_processes[].name="web" is declared more than once'),
+    ({"processes": [{"name": "w", "command": ["../bin/x"]}]}, "sturdy_processes[w].command[0]: '../bin/x' is not a path inside"),
+    ({"processes": [{"name": "w", "command": ["./bin/x"]}]}, "without ./ or ../"),
+    ({"processes": [{"name": "w", "command": ["bin/../../x"]}]}, "not a path inside the release"),
+    ({"processes": [{"name": "w", "command": []}]}, "sturdy_processes[w].command must be a non-empty list"),
+    ({"migrate_command": ["../migrate"]}, "sturdy_migrate_command[0]: '../migrate'"),
+    ({"root": "srv/shop"}, "sturdy_release_root='srv/shop' is not an absolute path"),
+    ({"delivery": "vault"}, "sturdy_secrets_delivery='vault'"),
+])
+def test_declarations_that_cannot_be_planned_name_the_variable(kwargs, message):
+    app = kwargs.pop("app", "shop")
+    with pytest.raises(AppPlanError) as err:
+        plan(app, **{"build_id": "1", "processes": [WORKER], **kwargs})
+    assert message in str(err.value)

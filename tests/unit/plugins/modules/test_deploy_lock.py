@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import json
+
+from ansible_collections.sturdy.workers.plugins.modules import deploy_lock
+
+
+def test_takes_and_releases_the_lock(run_module, tmp_path):
+    path = str(tmp_path / ".deploy.lock")
+    result, dummy = run_module(deploy_lock, {"path": path, "run_id": "r1", "owner": "me@ci", "build_id": "2"})
+    assert result["changed"] and json.loads(open(path).read())["owner"] == "me@ci"
+    result, dummy = run_module(deploy_lock, {"path": path, "run_id": "r1", "state": "absent"})
+    assert result["changed"] and not (tmp_path / ".deploy.lock").exists()
+
+
+def test_refuses_another_runs_lock_naming_it(run_module, tmp_path):
+    path = str(tmp_path / ".deploy.lock")
+    run_module(deploy_lock, {"path": path, "run_id": "r1", "owner": "me@ci", "build_id": "2"})
+    result, dummy = run_module(deploy_lock, {"path": path, "run_id": "r2", "_ansible_check_mode": True})
+    assert result["failed"] and "Another deploy is running" in result["msg"] and result["holder"]["run_id"] == "r1"
+
+
+def test_check_mode_takes_nothing(run_module, tmp_path):
+    path = tmp_path / ".deploy.lock"
+    result, dummy = run_module(deploy_lock, {"path": str(path), "run_id": "r1", "_ansible_check_mode": True})
+    assert result["changed"] and not path.exists()
+
+
+def test_breaking_a_stale_lock_warns(run_module, tmp_path):
+    path = tmp_path / ".deploy.lock"
+    path.write_text(json.dumps({"run_id": "old", "owner": "bob", "started_epoch": 1}))
+    result, dummy = run_module(deploy_lock, {"path": str(path), "run_id": "r1", "break_stale": True})
+    assert result["changed"] and any("Took over the stale deploy lock" in w for w in result["warnings_given"])

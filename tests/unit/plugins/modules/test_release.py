@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import os
+
+from ansible_collections.sturdy.workers.plugins.modules import release
+
+
+def installed_release(root, build="b1", files=("bin/app",)):
+    path = root / "releases" / build
+    (path / "bin").mkdir(parents=True)
+    (path / "RELEASE.json").write_text('{"build_id": "%s", "checksum": "%s", "installed_at": "1"}' % (build, "0" * 64))
+    for name in files:
+        (path / name).write_text("#!/bin/sh\n")
+        os.chmod(path / name, 0o755)
+    return path
+
+
+def test_switch_points_current_and_previous(run_module, tmp_path):
+    installed_release(tmp_path, "b1")
+    installed_release(tmp_path, "b2")
+    run_module(release, {"root": str(tmp_path), "state": "current", "build_id": "b1"})
+    result, dummy = run_module(release, {"root": str(tmp_path), "state": "current", "build_id": "b2"})
+    assert result["changed"] and (result["current"], result["previous"]) == ("b2", "b1")
+    assert os.readlink(tmp_path / "current") == "releases/b2"
+
+
+def test_check_mode_switches_nothing(run_module, tmp_path):
+    installed_release(tmp_path, "b1")
+    result, dummy = run_module(release, {"root": str(tmp_path), "state": "current", "build_id": "b1",
+                                         "_ansible_check_mode": True})
+    assert result["changed"] and not (tmp_path / "current").exists()
+
+
+def test_a_declared_command_missing_from_the_release_fails_naming_it(run_module, tmp_path):
+    installed_release(tmp_path, "b1")
+    os.chmod(tmp_path / "releases" / "b1" / "bin" / "app", 0o700)
+    result, dummy = run_module(release, {
+        "root": str(tmp_path), "build_id": "b1", "checksum": "0" * 64,
+        "executables": {"bin/app": "sturdy_processes[web].command[0]=bin/app",
+                        "venv/bin/celery": "sturdy_processes[worker].command[0]=venv/bin/celery"}})
+    assert result["failed"]
+    assert "sturdy_processes[worker].command[0]=venv/bin/celery is missing in" in result["msg"]
+    assert "sturdy_processes[web].command[0]=bin/app is not executable by the app's user" in result["msg"]
+    assert "Nothing running was changed" in result["msg"]
+
+
+def test_rollback_without_previous_is_refused_with_what_to_do(run_module, tmp_path):
+    installed_release(tmp_path, "b1")
+    run_module(release, {"root": str(tmp_path), "state": "current", "build_id": "b1"})
+    result, dummy = run_module(release, {"root": str(tmp_path), "state": "rolled_back"})
+    assert result["failed"] and "does not name a release to go back to" in result["msg"]

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+import socket
+
+from ansible_collections.sturdy.workers.plugins.modules import smoke_test
+
+ARGS = {"celery_app": "shop.celery", "release": "/srv/shop/current", "build_id": "2", "user": "shop", "group": "shop",
+        "units": ["shop-worker@1.service"], "timeout": 5}
+
+
+def answer(build="2", queues=("default",)):
+    return {"queue": "q", "ok": True, "latency": 0.1, "answer": {
+        "build_id": build, "host": socket.gethostname(), "unit": "shop-worker@1.service", "pid": 42,
+        "release": "/srv/shop/current", "cwd": "/srv/shop/current", "queues": list(queues),
+        "settings": {"acks_late": True, "reject_on_worker_lost": True, "prefetch_multiplier": 1,
+                     "task_time_limit": 30, "visibility_timeout": 60}}}
+
+
+def run(run_module, monkeypatch, args, client_answers):
+    monkeypatch.setattr(smoke_test.os.path, "realpath", lambda p: p)
+    outputs = iter(client_answers)
+    return run_module(smoke_test, args, [
+        (["systemctl", "show", "--property=MainPID"], (0, "42\n", "")),
+        (["systemd-run"], lambda argv: (0, json.dumps(next(outputs)) + "\n", "")),
+    ])
+
+
+def test_check_mode_sends_nothing(run_module):
+    result, calls = run_module(smoke_test, {**ARGS, "_ansible_check_mode": True})
+    assert result["changed"] is False and calls == []
+
+
+def test_every_instance_answers_the_build_through_systemd_run(run_module, monkeypatch):
+    result, calls = run(run_module, monkeypatch, ARGS, [[answer()]])
+    assert not result.get("failed"), result
+    client = calls[-1]
+    assert client[0] == "systemd-run" and "--uid=shop" in client and "--working-directory=/srv/shop/current" in client
+    assert client[-1].startswith("sturdy.smoke.shop-worker@1.")
+
+
+def test_an_old_build_fails_naming_the_unit(run_module, monkeypatch):
+    result, dummy = run(run_module, monkeypatch, ARGS, [[answer(build="1")]])
+    assert result["failed"] and "shop-worker@1.service on" in result["msg"] and "build_id is 1, expected 2" in result["msg"]
+
+
+def test_a_queue_nobody_consumes_names_what_the_workers_do_consume(run_module, monkeypatch):
+    lost = {"queue": "default", "ok": False, "error": "TimeoutError"}
+    result, dummy = run(run_module, monkeypatch, {**ARGS, "queues": ["default"]}, [[answer(queues=["orders"])], [lost]])
+    assert result["failed"] and "No worker took the smoke job sent to queue 'default'" in result["msg"]
+    assert "consume orders" in result["msg"]
