@@ -20,7 +20,7 @@ options:
     type: path
     required: true
   executables:
-    description: Paths inside the release mapped to what declares them (the C(executables) of M(sturdy.workers.app_plan)).
+    description: Paths inside the release mapped to what declares them (the C(executables) of P(sturdy.workers.app_plan#filter)).
     type: dict
     required: true
 """

@@ -26,7 +26,7 @@ options:
     type: dict
     required: true
   plan:
-    description: The app plan (M(sturdy.workers.app_plan)); its C(app), C(build_id) and C(target) are used.
+    description: The app plan (P(sturdy.workers.app_plan#filter)); its C(app), C(build_id) and C(target) are used.
     type: dict
     required: true
   finished:

@@ -9,10 +9,11 @@ short_description: Turn process-type declarations into the settings of their sys
 version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
 description:
-  - Fills each process type of an app plan (M(sturdy.workers.app_plan), which names the units and resolves the
+  - Fills each process type of an app plan (P(sturdy.workers.app_plan#filter), which names the units and resolves the
     commands) with the role defaults and derives what the unit template and the service tasks need on one host.
   - "Derived per process: C(exec_start) and C(environment_line) (quoted for systemd), C(restart_specs) (what
-    M(sturdy.workers.rolling_restart) takes per instance), C(restart_backoff) (whether the host's systemd has C(RestartSteps=)), C(restart_delays) (seconds before each
+    M(sturdy.workers.rolling_restart) takes per instance), C(restart_backoff) (whether the host's systemd has
+    C(RestartSteps=)), C(restart_delays) (seconds before each
     automatic restart up to the start limit), and C(start_limit_interval): the smallest window in which
     C(start_limit_burst) fast failures actually trip the start limit."
   - A stop timeout that was not declared is raised to C(max_task_runtime) plus the margin. A singleton process type

@@ -33,8 +33,8 @@ class Layout:
 
     def __init__(self, root: str):
         where = root_paths(root)
-        self.root, self.releases, self.current, self.previous = (where[k] for k in ("root", "releases", "current",
-                                                                                   "previous"))
+        self.root, self.releases, self.current, self.previous = (
+            where[k] for k in ("root", "releases", "current", "previous"))
 
     def release(self, build_id: str) -> str:
         return release_dir(self.root, build_id)

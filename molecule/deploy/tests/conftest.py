@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 import testinfra
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
+README = SCENARIO_DIR.parent.parent / "README.md"
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 DIST = EPHEMERAL / "dist"
 REPORT = EPHEMERAL / "deploy-report.json"
@@ -45,6 +47,42 @@ def deploy_cmd(build: str, playbook: str = "converge.yml", **extra) -> list[str]
 def deploy(build: str, playbook: str = "converge.yml", **extra) -> subprocess.CompletedProcess:
     return subprocess.run(deploy_cmd(build, playbook, **extra), capture_output=True, text=True, timeout=900,
                           check=False, env=dict(os.environ, ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log")))
+
+
+def readme_command(playbook: str, build: str = "") -> list[str]:
+    """The README's command for sturdy.workers.<playbook>, as written (a build ID in it replaced by `build`)."""
+    for line in README.read_text().splitlines():
+        argv = shlex.split(line, comments=True)
+        if argv[:2] == ["ansible-playbook", f"sturdy.workers.{playbook}"]:
+            return [a.replace(a.split("=", 1)[1], build) if build and a.startswith("sturdy_build_id=") else a
+                    for a in argv]
+    raise AssertionError(f"README.md shows no ansible-playbook sturdy.workers.{playbook} command")
+
+
+def readme_dir() -> Path:
+    """A directory as the README lays it out: inventory.yml with the app hosts, the scenario's group_vars and
+    host_vars beside it. No ansible.cfg: the stock strategy and connection settings."""
+    where = EPHEMERAL / "readme"
+    if not where.exists():
+        where.mkdir()
+        (where / "inventory.yml").write_text(
+            "all:\n  vars: {ansible_connection: containers.podman.podman}\n  children:\n"
+            "    workers: {hosts: {worker-bookworm: {}, worker-trixie: {}}}\n    web: {hosts: {web-trixie: {}}}\n")
+        for name in ("group_vars", "host_vars"):
+            (where / name).symlink_to(SCENARIO_DIR / "inventory" / name)
+    return where
+
+
+def run_as_readme(argv: list[str]) -> subprocess.CompletedProcess:
+    """Run `argv` from readme_dir() with none of molecule's ANSIBLE_* settings: the collection as installed."""
+    installed = EPHEMERAL / "collections"
+    if not installed.exists():
+        (installed / "ansible_collections" / "sturdy").mkdir(parents=True)
+        (installed / "ansible_collections" / "sturdy" / "workers").symlink_to(SCENARIO_DIR.parent.parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_COLLECTIONS_PATH=str(installed), ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log"),
+               ANSIBLE_NOCOLOR="1")
+    return subprocess.run(argv, cwd=readme_dir(), capture_output=True, text=True, timeout=900, check=False, env=env)
 
 
 def said(result: subprocess.CompletedProcess) -> str:

@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from conftest import (APPS, WORKER_UNITS, WORKERS, current, deploy, deploy_cmd, host, invocations,
-                      main_cwd, recaps, report, said, task)
+                      main_cwd, readme_command, recaps, report, run_as_readme, said, task)
 
 B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 
@@ -63,8 +63,9 @@ def test_deploy_2_while_tasks_flow_loses_none_and_every_instance_answers_build_2
 
 
 def test_same_build_again_changes_and_restarts_nothing():
+    # The README's deploy command, as written (its build ID replaced), from an inventory.yml with group_vars.
     before = invocations()
-    result = deploy(B2)
+    result = run_as_readme(readme_command("deploy", B2))
     assert result.returncode == 0, said(result)[-3000:]
     assert set(recaps(result)) == set(APPS)
     assert all(r["changed"] == 0 for r in recaps(result).values()), recaps(result)
@@ -88,7 +89,7 @@ def test_release_without_the_worker_command_fails_preflight_and_changes_nothing(
     result = deploy(B_NO_WORKER)
     assert result.returncode != 0
     text = said(result)
-    assert f"command[0]=/srv/shop/current/bin/shop-worker is missing in build {B_NO_WORKER}" in text, text[-3000:]
+    assert f"sturdy_processes[worker].command[0]=bin/shop-worker is missing in build {B_NO_WORKER}" in text, text[-3000:]
     assert "Nothing was changed" in text
     for name in APPS:
         assert not host(name).file(f"/srv/shop/releases/{B_NO_WORKER}").exists
@@ -163,17 +164,18 @@ def test_stale_lock_is_reported_with_its_owner_and_time():
         h.check_output("rm -f /srv/shop/.deploy.lock")
 
 
-def test_rolling_restart_playbook_restarts_every_instance_and_proves_the_build():
+def test_readme_restart_restarts_every_instance_on_every_host_and_proves_the_build():
+    # Exactly as the README writes it: no build ID given, every host's current build is what the smoke job expects.
     before = invocations()
-    result = deploy(B5, "restart.yml")
+    result = run_as_readme(readme_command("restart"))
     assert result.returncode == 0, said(result)[-3000:]
     after = invocations()
     assert all(before[k] != after[k] for k in before)
     assert all(current(name) == B5 for name in APPS)
 
 
-def test_rollback_playbook_goes_back_to_the_previous_build():
-    result = deploy(B5, "rollback.yml")
+def test_readme_rollback_goes_back_to_the_previous_build_on_every_host():
+    result = run_as_readme(readme_command("rollback"))
     assert result.returncode == 0, said(result)[-3000:]
     for name in APPS:
         assert current(name) == B2
@@ -182,5 +184,5 @@ def test_rollback_playbook_goes_back_to_the_previous_build():
             assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}"
     assert task("web-trixie", "after-rollback")["build_id"] == B2
     # previous is gone after a rollback: a second one is refused with what to do instead.
-    again = deploy(B5, "rollback.yml")
+    again = run_as_readme(readme_command("rollback"))
     assert again.returncode != 0 and "does not name a release to go back to" in said(again)

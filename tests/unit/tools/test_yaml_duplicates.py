@@ -41,7 +41,7 @@ def test_the_same_task_twice_is_reported_whatever_its_name(tree):
             "{{ ansible_failed_result.msg | default('failed') }} (later batches are skipped)\"\n"
             "  when: __sturdy_deploy_failures | length == 0\n")
     paths = tree({"roles/a/tasks/one.yml": f"---\n- name: One\n{task}", "playbooks/p.yml":
-                  f"---\n- name: Play\n  hosts: all\n  tasks:\n    - name: Two\n      block:\n        - name: Three\n"
+                  "---\n- name: Play\n  hosts: all\n  tasks:\n    - name: Two\n      block:\n        - name: Three\n"
                   + "".join("        " + line + "\n" for line in task.splitlines())})
     found = yaml_duplicates.scan(paths)
     assert any(f.startswith("the same task 2 times") and "(One)" in f and "(Three)" in f for f in found), found
