@@ -7,6 +7,8 @@ converge playbook:
   no-change   the same converge again (what every deploy pays even when nothing changed)
   one-change  one process type's unit changed: write, daemon-reload, rolling restart of 3 instances
   no-pipe     no-change again with SSH-style pipelining off (each module: put file + run + clean up)
+  mitogen     no-change and one-change again on Mitogen's podman transport (mitogen_linear), as the release and
+              deploy scenarios run
 
 Not a test: nothing here asserts on time.
 """
@@ -58,12 +60,19 @@ def main() -> int:
     one = converge(env, {"sturdy_processes": changed})
     converge(env)
     no_pipe = converge(dict(env, ANSIBLE_PIPELINING="false"))
+    import ansible_mitogen  # noqa: PLC0415 - only this benchmark needs it
+    mitogen = dict(env, ANSIBLE_STRATEGY="mitogen_linear",
+                   ANSIBLE_STRATEGY_PLUGINS=str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"))
+    same_mitogen = converge(mitogen)
+    one_mitogen = converge(mitogen, {"sturdy_processes": changed})
     molecule("destroy")
 
     print(f"first converge             {first:6.1f} s   1.00")
     print(f"no-change converge         {same:6.1f} s   {same / first:.2f} x first")
     print(f"one unit changed (rolling) {one:6.1f} s   {one / same:.2f} x no-change")
     print(f"no-change, pipelining off  {no_pipe:6.1f} s   {no_pipe / same:.2f} x no-change with pipelining")
+    print(f"no-change, Mitogen         {same_mitogen:6.1f} s   {same_mitogen / same:.2f} x no-change stock")
+    print(f"one unit changed, Mitogen  {one_mitogen:6.1f} s   {one_mitogen / one:.2f} x one-change stock")
     return 0
 
 

@@ -150,7 +150,7 @@ def deploy_report(records, run, plan, finished, rollback=True):
     lines = [f"deploy {report['app']} {report['build_id']}: {report['result']} in {report['seconds']}s "
              f"({', '.join(f'{k} {v}s' for k, v in phases.items())})"]
     for name, host in hosts.items():
-        lines.append(f"{name}: {host['from']} -> {host['to']}"
+        lines.append(f"{name}: {host['from'] or '(no release)'} -> {host['to']}"
                      + (f", rolled back to {host['rolled_back_to']}" if host["rolled_back_to"] else ""))
         for unit, inst in host["instances"].items():
             smoke = (f"smoke {inst['smoke_build']} in {inst['smoke_latency']}s" if inst["smoke_build"] else "no smoke job")
