@@ -52,10 +52,9 @@ def deploy(build: str, playbook: str = "converge.yml", **extra) -> subprocess.Co
 def readme_command(playbook: str, build: str = "") -> list[str]:
     """The README's command for sturdy.workers.<playbook>, as written (a build ID in it replaced by `build`)."""
     for line in README.read_text().splitlines():
-        argv = shlex.split(line, comments=True)
-        if argv[:2] == ["ansible-playbook", f"sturdy.workers.{playbook}"]:
-            return [a.replace(a.split("=", 1)[1], build) if build and a.startswith("sturdy_build_id=") else a
-                    for a in argv]
+        if line.startswith(f"ansible-playbook sturdy.workers.{playbook} "):
+            argv = shlex.split(line, comments=True)
+            return [f"sturdy_build_id={build}" if build and a.startswith("sturdy_build_id=") else a for a in argv]
     raise AssertionError(f"README.md shows no ansible-playbook sturdy.workers.{playbook} command")
 
 

@@ -89,7 +89,7 @@ def test_release_without_the_worker_command_fails_preflight_and_changes_nothing(
     result = deploy(B_NO_WORKER)
     assert result.returncode != 0
     text = said(result)
-    assert f"sturdy_processes[worker].command[0]=bin/shop-worker is missing in build {B_NO_WORKER}" in text, text[-3000:]
+    assert f"command[0]=/srv/shop/current/bin/shop-worker is missing in build {B_NO_WORKER}" in text, text[-3000:]
     assert "Nothing was changed" in text
     for name in APPS:
         assert not host(name).file(f"/srv/shop/releases/{B_NO_WORKER}").exists
