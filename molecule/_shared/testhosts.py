@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import ansible_mitogen
 import pytest
 import testinfra.utils.ansible_runner
 
@@ -23,3 +25,11 @@ def group_by_host(item) -> None:
     spec = getattr(item, "callspec", None)
     if spec and "_testinfra_host" in spec.params:
         item.add_marker(pytest.mark.xdist_group(spec.params["_testinfra_host"].backend.get_hostname()))
+
+
+def on_mitogen(env: dict[str, str]) -> dict[str, str]:
+    """`env` for an ansible-playbook run on Mitogen's podman transport (mitogen_linear), which keeps one Python
+    per host across tasks. The tests' own playbook runs use it; converge and check (molecule's steps), the
+    worker scenario and the README commands stay on the stock strategy and connection."""
+    return dict(env, ANSIBLE_STRATEGY="mitogen_linear",
+                ANSIBLE_STRATEGY_PLUGINS=str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"))

@@ -6,10 +6,14 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import testinfra
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
+from testhosts import on_mitogen  # noqa: E402
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 README = SCENARIO_DIR.parent.parent / "README.md"
@@ -45,8 +49,9 @@ def deploy_cmd(build: str, playbook: str = "converge.yml", **extra) -> list[str]
 
 
 def deploy(build: str, playbook: str = "converge.yml", **extra) -> subprocess.CompletedProcess:
+    env = on_mitogen(dict(os.environ, ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log")))
     return subprocess.run(deploy_cmd(build, playbook, **extra), capture_output=True, text=True, timeout=900,
-                          check=False, env=dict(os.environ, ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log")))
+                          check=False, env=env)
 
 
 def readme_command(playbook: str, build: str = "") -> list[str]:
