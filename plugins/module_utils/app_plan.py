@@ -113,6 +113,17 @@ def resolve(path: str, release: str, current: str) -> str:
     return path if inside is None else f"{release}/{inside}"
 
 
+def _argv_member(argv: Any, what: str, example: str, current: str) -> str:
+    """The path inside the release that argv[0] names ("" when it lies outside), after checking argv's shape."""
+    if not isinstance(argv, (list, tuple)) or not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
+        raise AppPlanError(f"{what} must be a non-empty list of strings (argv) whose first element is a path inside "
+                           f"the release or absolute, for example {example}")
+    try:
+        return member(argv[0], current)
+    except AppPlanError as exc:
+        raise AppPlanError(f"{what}[0]: {exc}") from None
+
+
 def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str, group: str) -> dict[str, Any]:
     name = declared.get("name")
     if not isinstance(name, str) or not PROCESS_NAME.match(name):
@@ -120,13 +131,7 @@ def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str
                            "digits, '_' and '-', starting with a letter, at most 40 characters (for example name: worker)")
     where = f"sturdy_processes[{name}]"
     command = declared.get("command")
-    if not isinstance(command, (list, tuple)) or not command or not all(isinstance(a, str) for a in command):
-        raise AppPlanError(f"{where}.command must be a non-empty list of strings (argv), for example "
-                           "[bin/shop-worker, --concurrency, '4']")
-    try:
-        inside = member(command[0], root["current"])
-    except AppPlanError as exc:
-        raise AppPlanError(f"{where}.command[0]: {exc}") from None
+    inside = _argv_member(command, f"{where}.command", "[bin/shop-worker, --concurrency, '4']", root["current"])
     workdir = declared.get("working_directory")
     if workdir is not None:
         try:
@@ -199,13 +204,7 @@ def plan(
                    if p["member"]}
     migrate = None
     if migrate_command:
-        if not isinstance(migrate_command, (list, tuple)) or not all(isinstance(a, str) and a for a in migrate_command):
-            raise AppPlanError(f"sturdy_migrate_command={migrate_command!r}: give an argv list whose first element is "
-                               "a path inside the release (bin/shop-migrate) or absolute")
-        try:
-            inside = member(migrate_command[0], where["current"])
-        except AppPlanError as exc:
-            raise AppPlanError(f"sturdy_migrate_command[0]: {exc}") from None
+        inside = _argv_member(migrate_command, "sturdy_migrate_command", "[bin/shop-migrate]", where["current"])
         migrate = {
             "member": inside,
             "command": [f"{release}/{inside}" if inside and release else migrate_command[0], *migrate_command[1:]],

@@ -149,6 +149,8 @@ def test_member_and_resolve():
     ({"processes": [{"name": "w", "command": ["bin/../../x"]}]}, "not a path inside the release"),
     ({"processes": [{"name": "w", "command": []}]}, "sturdy_processes[w].command must be a non-empty list"),
     ({"migrate_command": ["../migrate"]}, "sturdy_migrate_command[0]: '../migrate'"),
+    ({"migrate_command": "bin/shop-migrate"}, "sturdy_migrate_command must be a non-empty list of strings (argv)"),
+    ({"migrate_command": ["", "x"]}, "sturdy_migrate_command must be a non-empty list"),
     ({"root": "srv/shop"}, "sturdy_release_root='srv/shop' is not an absolute path"),
     ({"delivery": "vault"}, "sturdy_secrets_delivery='vault'"),
 ])
