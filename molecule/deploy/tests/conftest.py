@@ -64,11 +64,12 @@ def readme_command(playbook: str, build: str = "") -> list[str]:
 
 
 def readme_dir() -> Path:
-    """A directory as the README lays it out: inventory.yml with the app hosts, the scenario's group_vars and
-    host_vars beside it. No ansible.cfg: the stock strategy and connection settings."""
+    """A directory as the README lays it out: its ansible.cfg, inventory.yml with the app hosts, the scenario's
+    group_vars and host_vars beside it. The stock strategy and connection."""
     where = EPHEMERAL / "readme"
     if not where.exists():
         where.mkdir()
+        (where / "ansible.cfg").write_text("[connection]\npipelining = True\n")
         (where / "inventory.yml").write_text(
             "all:\n  vars: {ansible_connection: containers.podman.podman}\n  children:\n"
             "    workers: {hosts: {worker-bookworm: {}, worker-trixie: {}}}\n    web: {hosts: {web-trixie: {}}}\n")
