@@ -77,9 +77,18 @@ sanity: $(SANITY_VENV)/.installed collection-copy
 unit: venv collection-copy
 	cd $(COLLECTION) && PYTHONPATH=$(CURDIR)/.build python -m pytest -q tests/unit
 
-## molecule: every scenario, both platforms
+## molecule: every scenario, both platforms, in two lanes side by side (SCENARIOS=x runs only x)
+# The hosts mostly wait (restarts, stop timeouts, smoke jobs, task streams): the longest scenario runs beside the
+# others. Every scenario has its own hosts and network.
+MOLECULE_LANES ?= deploy:release worker
+MOLECULE_COLLECTIONS := $(CURDIR)/.build/molecule-collections
 molecule: venv images
-	for s in $(SCENARIOS); do molecule -c .config/molecule/config.yml test -s $$s; done
+	@for s in $(SCENARIOS); do case " $(subst :, ,$(MOLECULE_LANES)) " in *" $$s "*) ;; \
+	  *) echo "molecule/$$s is in no lane: add it to MOLECULE_LANES in the Makefile"; exit 1;; esac; done
+	mkdir -p $(MOLECULE_COLLECTIONS)/ansible_collections/sturdy
+	ln -sfn $(CURDIR) $(MOLECULE_COLLECTIONS)/ansible_collections/sturdy/workers
+	ANSIBLE_COLLECTIONS_PATH=$(MOLECULE_COLLECTIONS) tools/molecule_lanes.sh \
+	  "$(if $(filter command line,$(origin SCENARIOS)),$(SCENARIOS),$(MOLECULE_LANES))"
 
 ## bench: deploy-path timings on the test hosts, printed as ratios from one run (not part of test)
 bench: venv images

@@ -226,7 +226,7 @@ def test_rollback_points_current_at_build_1_and_restarts_onto_it(host):
 def test_a_changed_secret_restarts_the_units_and_never_shows_at_vvv(host):
     decl = declaration()
     db = 0 if host.backend.get_hostname() == "shop-bookworm" else 1
-    broker = f"redis://:{decl['shop_redis_password']}@broker:6379/{db}"
+    broker = f"redis://:{decl['shop_redis_password']}@release-broker:6379/{db}"
     rotated = "rotated-" + decl["shop_api_token"][::-1]
     before = invocations(host)
     try:
