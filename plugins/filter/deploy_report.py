@@ -155,8 +155,8 @@ def deploy_report(records, run, plan, finished, rollback=True):
         for unit, inst in host["instances"].items():
             smoke = (f"smoke {inst['smoke_build']} in {inst['smoke_latency']}s" if inst["smoke_build"] else "no smoke job")
             took = f" in {inst['restart_seconds']}s" if inst["restart_seconds"] is not None else ""
-            lines.append(f"  {unit}: {inst['active']}, {'restarted' + took if inst['restarted'] else 'not restarted'}, "
-                         f"NRestarts {inst['nrestarts_before']} -> {inst['nrestarts_after']}, {smoke}")
+            lines.append(f"  {unit}: {inst['active'] or 'state unknown'}, {'restarted' + took if inst['restarted'] else 'not restarted'}, "
+                         f"NRestarts {inst['nrestarts_before'] or '-'} -> {inst['nrestarts_after'] or '-'}, {smoke}")
     lines += [f"FAILED: {f}" for f in failures] + rollback_failures
     report["summary"] = lines
     return report
