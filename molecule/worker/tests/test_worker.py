@@ -194,7 +194,9 @@ def test_fast_failing_unit_gives_up_within_the_computed_bound(host):
     if trixie:
         assert all(later > earlier + 0.3 for earlier, later in zip(gaps, gaps[1:])), gaps
     else:
-        assert max(gaps) - min(gaps) < 0.5, gaps
+        # Constant RestartSec=1: every gap is 1 s plus the start itself (up to about 0.9 s on a loaded CI host),
+        # never the 2.5 s third step a backoff would reach.
+        assert all(1.0 <= g < 2.0 for g in gaps), gaps
     host.run("systemctl reset-failed %s", unit)
 
 
