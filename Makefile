@@ -18,7 +18,7 @@ export ANSIBLE_INJECT_FACT_VARS := false
 export NO_COLOR := 1
 export ANSIBLE_NOCOLOR := 1
 
-.PHONY: test lint sanity unit molecule bench demo demo-clean host-packages venv images collection-copy clean
+.PHONY: test lint sanity unit molecule molecule-collections bench demo demo-clean host-packages venv images collection-copy clean
 
 ## test: everything CI runs (lint, sanity, unit tests, every molecule scenario on bookworm and trixie)
 test: lint sanity unit molecule
@@ -81,18 +81,21 @@ unit: venv collection-copy
 # The hosts mostly wait (restarts, stop timeouts, smoke jobs, task streams): the longest scenario runs beside the
 # others. Every scenario has its own hosts and network.
 MOLECULE_LANES ?= deploy:release worker
+# Molecule finds the collection through this link to the checkout (its prerun is off: see .config/molecule).
 MOLECULE_COLLECTIONS := $(CURDIR)/.build/molecule-collections
-molecule: venv images
-	@for s in $(SCENARIOS); do case " $(subst :, ,$(MOLECULE_LANES)) " in *" $$s "*) ;; \
-	  *) echo "molecule/$$s is in no lane: add it to MOLECULE_LANES in the Makefile"; exit 1;; esac; done
+molecule-collections:
 	mkdir -p $(MOLECULE_COLLECTIONS)/ansible_collections/sturdy
 	ln -sfn $(CURDIR) $(MOLECULE_COLLECTIONS)/ansible_collections/sturdy/workers
+
+molecule: venv images molecule-collections
+	@for s in $(SCENARIOS); do case " $(subst :, ,$(MOLECULE_LANES)) " in *" $$s "*) ;; \
+	  *) echo "molecule/$$s is in no lane: add it to MOLECULE_LANES in the Makefile"; exit 1;; esac; done
 	ANSIBLE_COLLECTIONS_PATH=$(MOLECULE_COLLECTIONS) tools/molecule_lanes.sh \
 	  "$(if $(filter command line,$(origin SCENARIOS)),$(SCENARIOS),$(MOLECULE_LANES))"
 
 ## bench: deploy-path timings on the test hosts, printed as ratios from one run (not part of test)
-bench: venv images
-	python tools/bench.py
+bench: venv images molecule-collections
+	ANSIBLE_COLLECTIONS_PATH=$(MOLECULE_COLLECTIONS) python tools/bench.py
 
 ## demo: local broker + app hosts, demo build 1 then build 2 while tasks flow; prints the deploy report
 demo: venv images collection-copy

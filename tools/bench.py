@@ -26,6 +26,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "molecule" / "_shared"))
+from testhosts import on_mitogen  # noqa: E402  (the same Mitogen settings the scenarios' test runs use)
+
 SCENARIO = ROOT / "molecule" / "worker"
 MOLECULE = ["molecule", "-c", str(ROOT / ".config" / "molecule" / "config.yml")]
 
@@ -60,9 +63,7 @@ def main() -> int:
     one = converge(env, {"sturdy_processes": changed})
     converge(env)
     no_pipe = converge(dict(env, ANSIBLE_PIPELINING="false"))
-    import ansible_mitogen  # noqa: PLC0415 - only this benchmark needs it
-    mitogen = dict(env, ANSIBLE_STRATEGY="mitogen_linear",
-                   ANSIBLE_STRATEGY_PLUGINS=str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"))
+    mitogen = on_mitogen(env)
     same_mitogen = converge(mitogen)
     one_mitogen = converge(mitogen, {"sturdy_processes": changed})
     molecule("destroy")
