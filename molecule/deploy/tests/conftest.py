@@ -79,11 +79,14 @@ def readme_dir() -> Path:
 
 
 def run_as_readme(argv: list[str]) -> subprocess.CompletedProcess:
-    """Run `argv` from readme_dir() with none of molecule's ANSIBLE_* settings: only the collection as installed
-    (the link `make molecule` puts on ANSIBLE_COLLECTIONS_PATH) and the log the secret checks read."""
+    """Run `argv` from readme_dir() with none of molecule's ANSIBLE_* settings: the collection as installed."""
+    installed = EPHEMERAL / "collections"
+    if not installed.exists():
+        (installed / "ansible_collections" / "sturdy").mkdir(parents=True)
+        (installed / "ansible_collections" / "sturdy" / "workers").symlink_to(SCENARIO_DIR.parent.parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_COLLECTIONS_PATH=os.environ["ANSIBLE_COLLECTIONS_PATH"],
-               ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log"), ANSIBLE_NOCOLOR="1")
+    env.update(ANSIBLE_COLLECTIONS_PATH=str(installed), ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log"),
+               ANSIBLE_NOCOLOR="1")
     return subprocess.run(argv, cwd=readme_dir(), capture_output=True, text=True, timeout=900, check=False, env=env)
 
 
