@@ -67,14 +67,15 @@ def readme_dir() -> Path:
     """A directory as the README lays it out: its ansible.cfg, inventory.yml with the app hosts, the scenario's
     group_vars and host_vars beside it. The stock strategy and connection."""
     where = EPHEMERAL / "readme"
-    if not where.exists():
-        where.mkdir()
-        (where / "ansible.cfg").write_text("[connection]\npipelining = True\n")
-        (where / "inventory.yml").write_text(
-            "all:\n  vars: {ansible_connection: containers.podman.podman}\n  children:\n"
-            "    workers: {hosts: {worker-bookworm: {}, worker-trixie: {}}}\n    web: {hosts: {web-trixie: {}}}\n")
-        for name in ("group_vars", "host_vars"):
-            (where / name).symlink_to(SCENARIO_DIR / "inventory" / name)
+    where.mkdir(exist_ok=True)
+    # Written every time: a directory left by an earlier run of the scenario must not stand in for this one.
+    (where / "ansible.cfg").write_text("[connection]\npipelining = True\n")
+    (where / "inventory.yml").write_text(
+        "all:\n  vars: {ansible_connection: containers.podman.podman}\n  children:\n"
+        "    workers: {hosts: {worker-bookworm: {}, worker-trixie: {}}}\n    web: {hosts: {web-trixie: {}}}\n")
+    for name in ("group_vars", "host_vars"):
+        (where / name).unlink(missing_ok=True)
+        (where / name).symlink_to(SCENARIO_DIR / "inventory" / name)
     return where
 
 
