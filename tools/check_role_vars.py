@@ -3,7 +3,8 @@
 - every variable in defaults/main.yml is documented in argument_specs (in one of its entry points);
 - every documented option that is not required has a default in defaults/main.yml;
 - required options have no default (a default would make `required` meaningless);
-- names: collection-wide inputs start with `sturdy_`, a role's own knobs with `sturdy_<role>_`,
+- names: collection-wide inputs start with `sturdy_`, a role's own knobs with `sturdy_<role>_` (or
+  `sturdy_<entry point>_` for an entry point's own, such as sturdy_status_ in observe's `status`),
   internal values with `__` (DESIGN.md). This replaces ansible-lint's var-naming[no-role-prefix], whose
   `<role>_` prefix would clash across the collection's roles.
 """
@@ -34,8 +35,10 @@ def check_role(role: Path) -> list[str]:
     defaults = yaml.safe_load(defaults_file.read_text()) or {} if defaults_file.exists() else {}
     # Entry points (main, switch, ...) share defaults/main.yml: check the union of their options.
     options: dict = {}
-    for entry in yaml.safe_load(specs_file.read_text())["argument_specs"].values():
+    prefixes: dict[str, set] = {}
+    for entry_name, entry in yaml.safe_load(specs_file.read_text())["argument_specs"].items():
         for name, spec in (entry.get("options") or {}).items():
+            prefixes.setdefault(name, {f"sturdy_{role.name}_"}).add(f"sturdy_{entry_name}_")
             merged = options.setdefault(name, dict(spec))
             merged["required"] = merged.get("required", False) or spec.get("required", False)
     for name in sorted(set(defaults) - set(options)):
@@ -45,7 +48,7 @@ def check_role(role: Path) -> list[str]:
             problems.append(f"{role.name}: {name} is required but has a default in defaults/main.yml")
         if not spec.get("required") and name not in defaults:
             problems.append(f"{role.name}: {name} is optional but has no default in defaults/main.yml")
-        if name not in COLLECTION_WIDE and not name.startswith(f"sturdy_{role.name}_"):
+        if name not in COLLECTION_WIDE and not name.startswith(tuple(prefixes[name] - {"sturdy_main_"})):
             problems.append(
                 f"{role.name}: {name} should be named sturdy_{role.name}_... (or be a collection-wide sturdy_ input)"
             )

@@ -9,8 +9,8 @@ import json
 import subprocess
 import time
 
-from conftest import (APPS, WORKER_UNITS, WORKERS, current, deploy, deploy_cmd, host, invocations,
-                      main_cwd, readme_command, recaps, report, run_as_readme, said, task)
+from conftest import (APPS, EPHEMERAL, WORKER_UNITS, WORKERS, current, deploy, deploy_cmd, host, invocations,
+                      main_cwd, readme_command, recaps, report, run_as_readme, said, task, units_of)
 
 B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 
@@ -186,3 +186,91 @@ def test_readme_rollback_goes_back_to_the_previous_build_on_every_host():
     # previous is gone after a rollback: a second one is refused with what to do instead.
     again = run_as_readme(readme_command("rollback"))
     assert again.returncode != 0 and "does not name a release to go back to" in said(again)
+
+
+def status(*extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report_file = EPHEMERAL / "status.json"
+    report_file.unlink(missing_ok=True)
+    result = run_as_readme([*readme_command("status"), *extra])
+    return result, json.loads(report_file.read_text())
+
+
+def instance(rep: dict, name: str, unit: str) -> dict:
+    return next(i for p in rep["hosts"][name]["processes"] for i in p["instances"] if i["unit"] == unit)
+
+
+def test_readme_status_shows_every_instance_on_its_build_and_no_problem():
+    result, rep = status()
+    assert result.returncode == 0, said(result)[-3000:]
+    assert rep["problems"] == [], rep["problems"]
+    assert rep["builds"] == {B2: sorted(APPS)}
+    for name in APPS:
+        for unit in units_of(name):
+            got = instance(rep, name, unit)
+            assert (got["state"], got["build"], got["build_source"], got["old_release"]) == ("active", B2, "cwd", False)
+            assert got["restarts"] == 0 and got["uptime"] > 0
+    assert "worker-bookworm  shop-worker@2.service  active" in result.stdout
+    assert "OK, no problems" in result.stdout
+    # The queue, read once through the agent: empty, and every worker instance answers for it.
+    queue = rep["queues"]["default"]
+    assert queue["depth"] == 0 and len(queue["consumers"]) == 4, queue
+    # The worker's own log lines carry the build it was started as (LogExtraFields=).
+    for name in WORKERS:
+        lines = host(name).check_output(f"journalctl -o json -n 5 _SYSTEMD_UNIT=shop-worker@1.service STURDY_BUILD_ID={B2}")
+        assert lines and all(json.loads(line)["STURDY_BUILD_ID"] == B2 for line in lines.splitlines())
+
+
+def test_status_names_a_sigkill_a_stopped_instance_and_a_host_left_on_an_old_release():
+    trixie, bookworm = host("worker-trixie"), host("worker-bookworm")
+    pid = trixie.check_output("systemctl show -P MainPID shop-worker@1.service")
+    try:
+        trixie.check_output(f"kill -9 {pid}")
+        deadline = time.monotonic() + 60
+        while trixie.check_output("systemctl show -P MainPID shop-worker@1.service") in ("0", pid):
+            assert time.monotonic() < deadline, "systemd did not bring shop-worker@1 back after kill -9"
+            time.sleep(1)
+        trixie.check_output("systemctl stop shop-worker@2.service")
+        # current switched by hand, nothing restarted: the processes still run build 2.
+        bookworm.check_output(f"ln -sfn releases/{B5} /srv/shop/current.tmp && mv -T /srv/shop/current.tmp /srv/shop/current")
+        result, rep = status("--check", "-e", "sturdy_status_fail_on_problem=true")
+        text = said(result)
+        assert result.returncode != 0
+        assert "problem(s) with shop" in text
+        killed = instance(rep, "worker-trixie", "shop-worker@1.service")
+        assert killed["state"] == "active" and killed["restarts"] == 1 and killed["restarts_last_hour"] >= 1
+        assert killed["last_exit"]["words"].startswith("killed by SIGKILL")
+        problems = "\n".join(rep["problems"])
+        assert "worker-trixie shop-worker@1.service died and was restarted by systemd 1 time(s)" in problems
+        assert "last exit: killed by SIGKILL" in problems
+        assert "worker-trixie shop-worker@2.service is declared but inactive" in problems
+        assert f"worker-bookworm shop-worker@1.service runs build {B2} but current is {B5}" in problems
+        assert f"hosts point current at different builds: {B2} on web-trixie, worker-trixie; {B5} on worker-bookworm" \
+            in problems
+        assert all(r["changed"] == 0 for r in recaps(result).values()) and recaps(result)
+        # Nothing of the above was changed by the status itself.
+        assert trixie.check_output("systemctl is-active shop-worker@2.service || true") == "inactive"
+    finally:
+        bookworm.check_output(f"ln -sfn releases/{B2} /srv/shop/current.tmp && mv -T /srv/shop/current.tmp /srv/shop/current")
+        trixie.run("systemctl start shop-worker@2.service")
+
+
+def test_status_tells_a_backlog_nobody_consumes_and_how_long_its_oldest_message_waited():
+    workers, web = [host(name) for name in WORKERS], host("web-trixie")
+    try:
+        for h in workers:
+            h.check_output("systemctl stop shop-worker@1.service shop-worker@2.service")
+        for n in range(3):
+            # A producer with the agent active stamps its messages with the time they were sent.
+            web.run(f"STURDY_AGENT=celery /usr/local/sbin/shop-task backlog-{n} v 0.2")
+        time.sleep(3)
+        result, rep = status()
+        assert result.returncode == 0, said(result)[-3000:]
+        queue = rep["queues"]["default"]
+        assert (queue["depth"], queue["consumers"], queue["oldest_task"]) == (3, [], "shopdemo.record"), queue
+        assert queue["oldest_age"] >= 3
+        assert any(p.startswith("queue default has 3 message(s) waiting, the oldest waiting") and "no worker consumes it"
+                   in p for p in rep["problems"]), rep["problems"]
+    finally:
+        for h in workers:
+            h.run("systemctl start shop-worker@1.service shop-worker@2.service")
+    assert task("web-trixie", "after-backlog")["build_id"] == B2

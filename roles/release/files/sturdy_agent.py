@@ -12,7 +12,11 @@ STURDY_AGENT=celery; then, inside a Celery worker:
   release the code was loaded from, the host, unit, main PID, release path, the queues the worker consumes
   and its reliability settings.
 
-`python -m sturdy_agent smoke ...` is the producer side (see main()). Standard library only, except the Celery
+- a stamp (header sturdy_sent, a UNIX time) on every task message the process publishes, so the age of the
+  oldest waiting message can be told.
+
+`python -m sturdy_agent smoke ...` is the producer side of the smoke test, `python -m sturdy_agent stats ...` reads
+the queues (depth, oldest message, consumers); see main(). Standard library only, except the Celery
 hooks, which import Celery from the worker's own venv.
 """
 
@@ -27,6 +31,7 @@ import time
 import uuid
 
 SMOKE_TASK = "sturdy.smoke"
+SENT_HEADER = "sturdy_sent"
 RELEASE_FILE = "RELEASE.json"
 _STATE: dict = {}
 
@@ -132,6 +137,12 @@ def install_celery_hooks() -> None:
     def stopping(sig=None, how=None, **_):
         notify(f"STOPPING=1\nSTATUS={how} shutdown ({sig})")
 
+    def stamp(headers=None, **_):
+        # Celery messages carry no publish time: without one, a queue's age cannot be told.
+        if isinstance(headers, dict):
+            headers.setdefault(SENT_HEADER, time.time())
+
+    signals.before_task_publish.connect(stamp, weak=False)
     signals.celeryd_after_setup.connect(after_setup, weak=False)
     signals.worker_ready.connect(ready, weak=False)
     signals.worker_shutting_down.connect(stopping, weak=False)
@@ -189,6 +200,57 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
     return found
 
 
+def oldest_waiting(raw, now: float) -> dict:
+    """The oldest message of a Redis list queue (kombu's JSON envelope): its task, id and age when stamped."""
+    try:
+        message = json.loads(raw)
+        headers = message.get("headers") or {}
+    except (TypeError, ValueError, AttributeError):
+        return {"oldest_task": None, "oldest_age": None, "oldest_stamped": False}
+    sent = headers.get(SENT_HEADER)
+    return {"oldest_task": headers.get("task"), "oldest_id": headers.get("id"),
+            "oldest_age": round(max(0.0, now - float(sent)), 1) if isinstance(sent, (int, float)) else None,
+            "oldest_stamped": isinstance(sent, (int, float))}
+
+
+def queue_stats(celery_app: str, queues: list[str], timeout: float) -> list[dict]:
+    """Depth, oldest waiting message and live consumers of each queue, through the app's own broker connection.
+
+    Consumers are the workers that answer a remote-control ping for their queues within `timeout` (a worker whose
+    event loop is alive answers even while its pool runs long tasks).
+    """
+    app = _celery_app(celery_app)
+    found = []
+    with app.connection_for_read() as conn:
+        channel = conn.channel()
+        for queue in queues:
+            entry = {"queue": queue, "depth": 0, "oldest_task": None, "oldest_age": None, "oldest_stamped": None}
+            try:
+                entry["depth"] = channel.queue_declare(queue=queue, passive=True).message_count
+            except Exception as exc:  # pylint: disable=broad-exception-caught  # a queue not declared yet is empty
+                if "NOT_FOUND" not in str(exc) and "404" not in str(exc):
+                    entry["error"] = f"{type(exc).__name__}: {exc}"
+                # AMQP closes the channel on a failed passive declare.
+                channel = conn.channel()
+            client = getattr(channel, "client", None)
+            if entry["depth"] and client is not None and hasattr(client, "lindex"):
+                # Redis: LPUSH to publish, BRPOP to consume, so the oldest message is the last.
+                entry.update(oldest_waiting(client.lindex(queue, -1), time.time()))
+            found.append(entry)
+    try:
+        replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    except Exception as exc:  # pylint: disable=broad-exception-caught  # reported, the depths still count
+        replies, error = {}, f"{type(exc).__name__}: {exc}"
+    else:
+        error = None
+    for entry in found:
+        entry["consumers"] = sorted(node for node, consumed in replies.items()
+                                    if any(q.get("name") == entry["queue"] for q in consumed or []))
+        if error:
+            entry["consumers_error"] = error
+    return found
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sturdy_agent")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -197,9 +259,16 @@ def main(argv=None) -> int:
     smoke_cmd.add_argument("--timeout", type=float, default=30.0)
     smoke_cmd.add_argument("queues", nargs="+")
     sub.add_parser("queue", help="print the smoke queue of this unit (from STURDY_APP/PROCESS/INSTANCE)")
+    stats_cmd = sub.add_parser("stats", help="print depth, oldest message and consumers of each queue as JSON")
+    stats_cmd.add_argument("--celery-app", required=True)
+    stats_cmd.add_argument("--timeout", type=float, default=1.0, help="how long workers have to answer the ping")
+    stats_cmd.add_argument("queues", nargs="+")
     args = parser.parse_args(argv)
     if args.command == "queue":
         print(own_smoke_queue() or "")
+        return 0
+    if args.command == "stats":
+        print(json.dumps(queue_stats(args.celery_app, args.queues, args.timeout), sort_keys=True))
         return 0
     print(json.dumps(smoke(args.celery_app, args.queues, args.timeout), sort_keys=True))
     return 0

@@ -83,3 +83,12 @@ def test_answer_reports_identity_queues_and_settings(agent, monkeypatch):
 def test_activate_ignores_processes_without_sturdy_agent(agent):
     agent.activate({})
     assert "hooked" not in agent._STATE  # pylint: disable=protected-access
+
+
+def test_oldest_waiting_reads_the_stamp_and_the_task(agent):
+    raw = json.dumps({"body": "e30=", "headers": {"task": "shop.add", "id": "abc", "sturdy_sent": 1000.0}})
+    assert agent.oldest_waiting(raw, 1012.34) == {"oldest_task": "shop.add", "oldest_id": "abc", "oldest_age": 12.3,
+                                                  "oldest_stamped": True}
+    unstamped = agent.oldest_waiting(json.dumps({"headers": {"task": "shop.add"}}), 1000.0)
+    assert unstamped["oldest_age"] is None and unstamped["oldest_stamped"] is False
+    assert agent.oldest_waiting(b"not json", 1.0)["oldest_task"] is None

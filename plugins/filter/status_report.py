@@ -1,0 +1,142 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: status_report
+short_description: The status of a sturdy.workers app across hosts, from each host's app_status
+version_added: 0.1.0
+author: sturdy.workers contributors (@sturdy-workers)
+description:
+  - Joins what M(sturdy.workers.app_status) read on each host into one report; a table for the console, every
+    problem with its next step, and build skew across hosts (hosts whose C(current) differs, and processes running
+    different builds, such as producers (web) on a newer build than the workers after a C(--limit) deploy).
+options:
+  _input:
+    description: Host name to the registered result of M(sturdy.workers.app_status) (failed or unreachable results
+      are reported as problems).
+    type: dict
+    required: true
+  app:
+    description: The app's name.
+    type: str
+    required: true
+  now:
+    description: UNIX time of the report.
+    type: float
+    required: true
+  queue_age_limit:
+    description: A queue whose oldest message has waited longer than this many seconds is a problem.
+    type: float
+    default: 600
+"""
+
+EXAMPLES = r"""
+- name: Print the status
+  ansible.builtin.debug:
+    msg: "{{ (dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars)
+              | map(attribute='shop_status'))) | sturdy.workers.status_report('shop', now().timestamp())).summary }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - The report, a dictionary with C(app), C(time), C(builds) (build to the hosts C(current) names it on),
+      C(running) (build to the C(host process) pairs running it), C(queues) (queue name to its depth, oldest
+      message, consumers and the host it was read from), C(hosts) (per host the app_status result or
+      C(error)), C(problems) (list of strings) and C(summary) (lines for the console).
+  type: dict
+"""
+
+import datetime
+
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import duration_words, queue_problems
+
+COLUMNS = ("HOST", "UNIT", "STATE", "BUILD", "RESTARTS", "LAST HOUR", "UP", "LAST EXIT")
+
+
+def _row(host: str, inst: dict) -> tuple:
+    build = inst.get("build") or "-"
+    if inst.get("old_release"):
+        build += " (old)"
+    state = inst.get("state", "?")
+    if state != "active" and inst.get("result") not in (None, "", "success"):
+        state += f" ({inst['result']})"
+    last = inst.get("last_exit") or {}
+    return (host, inst.get("unit", "?"), state, build, str(inst.get("restarts", "-")),
+            str(inst.get("restarts_last_hour", "-")), duration_words(inst.get("uptime")), last.get("words", "-"))
+
+
+def _table(header: tuple, rows: list[tuple]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+
+
+def _queue_rows(queues: dict) -> list[str]:
+    rows = []
+    for name, q in sorted(queues.items()):
+        oldest = duration_words(q.get("oldest_age")) if q.get("oldest_age") is not None else (
+            "not stamped" if q.get("oldest_stamped") is False else "-")
+        consumers = "?" if q.get("consumers_error") or q.get("error") else str(len(q.get("consumers") or []))
+        depth = "?" if q.get("error") else str(q.get("depth", 0))
+        rows.append((name, depth, oldest, consumers, q.get("host", "")))
+    return _table(("QUEUE", "DEPTH", "OLDEST", "CONSUMERS", "READ ON"), rows)
+
+
+def status_report(results: dict, app: str, now: float, queue_age_limit: float = 600) -> dict:
+    hosts: dict = {}
+    problems: list[str] = []
+    builds: dict[str, list[str]] = {}
+    running: dict[str, list[str]] = {}
+    queues: dict[str, dict] = {}
+    rows = []
+    for host in sorted(results):
+        result = results[host] or {}
+        if result.get("unreachable") or result.get("failed") or "processes" not in result:
+            why = result.get("msg") or "no status was read"
+            hosts[host] = {"error": why}
+            problems.append(f"{host}: could not be read ({'unreachable' if result.get('unreachable') else 'failed'}: "
+                            f"{str(why).strip()[:300]}). Next: check that the host is up and reachable, then run the "
+                            "status again")
+            continue
+        hosts[host] = {k: result.get(k) for k in ("current", "processes", "problems", "systemd_version")}
+        problems += result.get("problems") or []
+        # Every host with workers reads the same broker: the first answer per queue is kept.
+        for q in result.get("queues") or []:
+            if q.get("queue") and (q["queue"] not in queues or queues[q["queue"]].get("error")):
+                queues[q["queue"]] = {**q, "host": host}
+        builds.setdefault(result.get("current") or "(none)", []).append(host)
+        for proc in result["processes"]:
+            for inst in proc["instances"]:
+                rows.append(_row(host, inst))
+                if inst.get("build"):
+                    pair = f"{host} {proc['name']}"
+                    if pair not in running.setdefault(inst["build"], []):
+                        running[inst["build"]].append(pair)
+    problems += queue_problems([queues[n] for n in sorted(queues)], queue_age_limit)
+    if len(builds) > 1:
+        problems.append("hosts point current at different builds: " + "; ".join(
+            f"{b} on {', '.join(h)}" for b, h in sorted(builds.items())) + ". A deploy with --limit or one that failed "
+            "on some hosts left them so. Next: deploy one build to every host (ansible-playbook sturdy.workers.deploy)")
+    if len(running) > 1:
+        problems.append("processes run different builds (producers and workers may not agree on task names and "
+                        "payloads): " + "; ".join(f"{b}: {', '.join(p)}" for b, p in sorted(running.items()))
+                        + ". Next: deploy one build everywhere, or restart the processes left on the old one "
+                        "(ansible-playbook sturdy.workers.restart)")
+    stamp = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    summary = [f"{app} at {stamp}: " + ("OK, no problems" if not problems else f"{len(problems)} problem(s)")]
+    summary += _table(COLUMNS, rows) if rows else ["(no process of the app on any host)"]
+    if queues:
+        summary += _queue_rows(queues)
+    summary.append("current: " + "; ".join(f"{b} on {', '.join(h)}" for b, h in sorted(builds.items())) if builds
+                   else "current: (no host read)")
+    summary += [f"PROBLEM {p}" for p in problems]
+    return {"app": app, "time": now, "builds": builds, "running": running, "queues": queues, "hosts": hosts,
+            "problems": problems,
+            "summary": summary}
+
+
+class FilterModule:
+    def filters(self):
+        return {"status_report": status_report}

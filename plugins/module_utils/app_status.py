@@ -1,0 +1,320 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What an app's processes are doing on one host, read from systemd, the journal and /proc: pure logic.
+
+The app_status module runs the commands and reads the files; everything here takes their output, so it is
+unit-tested without a host. Words are for the operator at 3 a.m.: what happened, in systemd's own terms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from typing import Callable
+
+# systemd's catalog IDs (systemd/sd-messages.h), logged by PID 1 with UNIT= set.
+UNIT_PROCESS_EXIT = "98e322203f7a4ed290d09fe03c09fe15"  # EXIT_CODE=, EXIT_STATUS=
+UNIT_RESTART_SCHEDULED = "5eb03494b6584870a536b337290809b3"
+JOURNAL_IDS = (UNIT_PROCESS_EXIT, UNIT_RESTART_SCHEDULED)
+
+PROPERTIES = (
+    "Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "Result", "NRestarts", "MainPID",
+    "ExecMainStartTimestampMonotonic", "ExecMainCode", "ExecMainStatus", "Environment",
+)
+
+RELEASE_FILE = "RELEASE.json"
+
+# siginfo si_code of the last main-process exit, as `systemctl show` prints ExecMainCode=.
+CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
+
+RESULTS = {
+    "exit-code": "exited with a non-zero status",
+    "signal": "was killed by a signal",
+    "core-dump": "dumped core",
+    "timeout": "hit a start or stop timeout (TimeoutStartSec=/TimeoutStopSec=)",
+    "watchdog": "missed its watchdog (WatchdogSec=): its event loop hung",
+    "oom-kill": "was killed by the OOM killer",
+    "start-limit-hit": "failed too often in a row and systemd gave up (StartLimitBurst=)",
+    "resources": "could not be started (a missing user, directory, file or credential)",
+    "protocol": "broke the service protocol (for Type=notify: it exited before READY=1)",
+    "exec-condition": "was skipped by ExecCondition=",
+}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_words(code: str, status: str) -> str:
+    """EXIT_CODE=/EXIT_STATUS= of a journal record (or ExecMainCode=/ExecMainStatus=) in words."""
+    try:
+        number = int(status)
+    except (TypeError, ValueError):
+        number = None
+    if code in ("killed", "dumped", str(CLD_KILLED), str(CLD_DUMPED)):
+        name = signal_name(number) if number is not None else f"signal {status}"
+        words = f"killed by {name}" if code in ("killed", str(CLD_KILLED)) else f"dumped core on {name}"
+        if name == "SIGKILL":
+            words += (" (not by systemd's stop: the OOM killer, a container or cgroup memory limit, or someone's"
+                      " kill -9; an empty log before it fits that)")
+        return words
+    if code in ("exited", str(CLD_EXITED)):
+        return "exited cleanly (status 0)" if number == 0 else f"exited with status {status}"
+    return f"{code or '?'} {status or ''}".strip()
+
+
+def parse_journal(text: str) -> list[dict]:
+    """`journalctl -o json` lines into dicts (lines that are not JSON objects are skipped)."""
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def journal_by_unit(records: list[dict], now: float, window: float = 3600.0) -> dict[str, dict]:
+    """Per unit: automatic restarts scheduled in the last `window` seconds, and its main process's last exit."""
+    found: dict[str, dict] = {}
+    for record in records:
+        unit = record.get("UNIT")
+        if not isinstance(unit, str):
+            continue
+        try:
+            when = int(record.get("__REALTIME_TIMESTAMP", "0")) / 1e6
+        except (TypeError, ValueError):
+            when = 0.0
+        entry = found.setdefault(unit, {"restarts_last_hour": 0, "last_exit": None})
+        if record.get("MESSAGE_ID") == UNIT_RESTART_SCHEDULED and now - when <= window:
+            entry["restarts_last_hour"] += 1
+        elif record.get("MESSAGE_ID") == UNIT_PROCESS_EXIT and record.get("COMMAND", "ExecStart") == "ExecStart":
+            if entry["last_exit"] is None or when >= entry["last_exit"]["time"]:
+                code, status = str(record.get("EXIT_CODE", "")), str(record.get("EXIT_STATUS", ""))
+                entry["last_exit"] = {"time": when, "code": code, "status": status,
+                                      "words": exit_words(code, status), "clean": code == "exited" and status == "0"}
+    return found
+
+
+def release_of(path: str, releases: str) -> str | None:
+    """The build ID a path under `releases`/<build>/... belongs to, or None."""
+    prefix = releases.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        return None
+    build = path[len(prefix):].split("/", 1)[0]
+    return build or None
+
+
+def env_value(environment: str, key: str) -> str | None:
+    """A variable from NUL-separated /proc/<pid>/environ or systemctl's space-separated Environment=."""
+    for sep in ("\0", " "):
+        for item in environment.split(sep):
+            name, eq, value = item.partition("=")
+            if eq and name == key:
+                return value.strip('"')
+    return None
+
+
+def running_build(cwd: str | None, environ: str | None, releases: str) -> tuple[str | None, str]:
+    """(build, where it was read) of a running process: its working directory's release wins, because that is
+    the code it loaded; the STURDY_BUILD_ID the unit gave it is what it was started as."""
+    if cwd:
+        build = release_of(cwd, releases)
+        if build:
+            return build, "cwd"
+    if environ:
+        build = env_value(environ, "STURDY_BUILD_ID")
+        if build:
+            return build, "environment"
+    return None, "unknown"
+
+
+def duration_words(seconds: float | None) -> str:
+    """45s, 12min, 3h 12min, 2d 4h."""
+    if seconds is None:
+        return "-"
+    seconds = int(max(0, seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}min"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60}min"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+
+
+def instance_status(props: dict[str, str], journal: dict, proc: dict, releases: str, current_build: str | None,
+                    monotonic_now: float) -> dict:
+    """One instance: what systemd says, the build its code came from, its restarts and its last exit in words."""
+    pid = props.get("MainPID", "0")
+    started = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
+    active = props.get("ActiveState") == "active" and pid not in ("", "0")
+    build, source = running_build(proc.get("cwd"), proc.get("environ"), releases) if active else (None, "not running")
+    last = journal.get("last_exit")
+    return {
+        "unit": props.get("Id"),
+        "state": props.get("ActiveState", "unknown"),
+        "sub_state": props.get("SubState", ""),
+        "result": props.get("Result", ""),
+        "enabled": props.get("UnitFileState", ""),
+        "loaded": props.get("LoadState", ""),
+        "pid": int(pid) if active else None,
+        "build": build,
+        "build_source": source,
+        "old_release": bool(active and build and current_build and build != current_build),
+        "unit_build": env_value(props.get("Environment", ""), "STURDY_BUILD_ID"),
+        "restarts": int(props.get("NRestarts") or 0),
+        "restarts_last_hour": journal.get("restarts_last_hour", 0),
+        "uptime": round(monotonic_now - started, 1) if active and started else None,
+        "last_exit": last,
+        "result_words": RESULTS.get(props.get("Result", ""), ""),
+    }
+
+
+def instance_problems(host: str, process: dict, inst: dict, declared: bool, current: str | None = None) -> list[str]:
+    """What an operator must act on for one instance, each with the next step."""
+    where = f"{host} {inst['unit']}"
+    problems = []
+    if inst["loaded"] == "not-found":
+        problems.append(f"{where}: no unit file: deploy the app (sturdy.workers.deploy) to write it")
+        return problems
+    if inst["state"] != "active":
+        why = f"{inst['result']}: it {inst['result_words']}" if inst["result_words"] else inst["result"] or "?"
+        last = f"; last exit: {inst['last_exit']['words']}" if inst["last_exit"] else ""
+        verb = "is declared but " if declared else ""
+        problems.append(f"{where} {verb}{inst['state']} ({why}{last}). Next: journalctl -u {inst['unit']} -n 100 "
+                        "(its last lines say why)")
+    elif not declared:
+        problems.append(f"{where} runs but is not declared (sturdy_processes[{process.get('name')}].instances): the "
+                        "next deploy stops it; stop it now with systemctl disable --now")
+    if inst["old_release"]:
+        problems.append(f"{where} runs build {inst['build']} but current is {current}: it was not restarted after "
+                        "the switch. Next: ansible-playbook sturdy.workers.restart")
+    if inst["restarts"] and inst["restarts_last_hour"]:
+        # NRestarts counts automatic restarts since the last deliberate start; the journal says when they were.
+        last = inst["last_exit"]["words"] if inst["last_exit"] else "unknown"
+        loop = "a crash loop: " if inst["restarts_last_hour"] >= 3 else ""
+        problems.append(f"{where} died and was restarted by systemd {inst['restarts']} time(s) since it was started, "
+                        f"{inst['restarts_last_hour']} in the last hour ({loop}last exit: {last}). Next: journalctl -u "
+                        f"{inst['unit']} -n 100 (a traceback, or nothing before a SIGKILL)")
+    return problems
+
+
+def host_status(plan: dict, show: list[dict], journal: dict[str, dict], procs: dict[str, dict],
+                current_build: str | None, monotonic_now: float, host: str) -> dict:
+    """Every process type and instance of the app on this host (declared ones, and stray instances systemd
+    still has), with the problems found."""
+    by_unit = {p.get("Id"): p for p in show}
+    processes = []
+    problems = []
+    if current_build is None:
+        problems.append(f"{host}: {plan['current']} does not point at a release: nothing was deployed here or the link "
+                        "was removed. Next: ansible-playbook sturdy.workers.deploy")
+    for proc in plan.get("processes", []):
+        pattern = re.compile(proc["unit_pattern"])
+        declared = list(proc["units"])
+        extra = sorted((u for u in by_unit if pattern.match(u) and u not in declared
+                        and by_unit[u].get("ActiveState") not in ("inactive", None)),
+                       key=lambda u: (len(u), u))
+        instances = []
+        for unit in declared + extra:
+            props = by_unit.get(unit, {"Id": unit, "LoadState": "not-found", "ActiveState": "inactive"})
+            inst = instance_status(props, journal.get(unit, {}), procs.get(unit, {}), plan["releases"], current_build,
+                                   monotonic_now)
+            inst["declared"] = unit in declared
+            instances.append(inst)
+            problems += instance_problems(host, proc, inst, unit in declared, current_build)
+        processes.append({"name": proc["name"], "adapter": proc.get("adapter"), "queues": proc.get("queues", []),
+                          "instances": instances})
+    return {"host": host, "app": plan["app"], "current": current_build, "processes": processes, "problems": problems}
+
+
+def read_proc(pid: int, read: Callable[[str], str | None], readlink: Callable[[str], str | None]) -> dict:
+    return {"cwd": readlink(f"/proc/{pid}/cwd"), "environ": read(f"/proc/{pid}/environ")}
+
+
+def current_build_of(current: str, releases: str, realpath: Callable[[str], str]) -> str | None:
+    target = realpath(current)
+    return release_of(target, releases) if target != current else None
+
+
+def journal_argv(units: list[str], since: str = "-7d") -> list[str]:
+    """One journalctl call for every unit's exits and scheduled restarts (same-field matches are ORed)."""
+    argv = ["journalctl", "--no-pager", "-o", "json", f"--since={since}", "_PID=1"]
+    argv += [f"MESSAGE_ID={m}" for m in JOURNAL_IDS]
+    argv += [f"UNIT={u}" for u in units]
+    return argv
+
+
+def default_readlink(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def default_read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def queue_commands(plan: dict, release: str, timeout: float) -> list[tuple[dict, list[str]]]:
+    """The agent's stats command for each queue set of the app's Celery process types (one run per set)."""
+    found, seen = [], set()
+    for proc in plan.get("processes", []):
+        queues = tuple(proc.get("queues") or [])
+        if proc.get("adapter") != "celery" or not queues or not proc.get("celery_app") or queues in seen:
+            continue
+        seen.add(queues)
+        found.append((proc, [f"{release}/venv/bin/python", "-m", "sturdy_agent", "stats", "--celery-app",
+                             proc["celery_app"], "--timeout", f"{timeout:g}", *queues]))
+    return found
+
+
+def parse_queue_stats(proc: dict, rc: int, out: str, err: str) -> list[dict]:
+    """The agent's JSON answer, or one entry per queue saying why the queues could not be read."""
+    if rc == 0:
+        for line in reversed(out.strip().splitlines()):
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, list):
+                return value
+    tail = " ".join((out + err).strip().splitlines()[-3:])[-400:]
+    return [{"queue": q, "error": f"the agent could not read it (rc {rc}): {tail}"} for q in proc.get("queues", [])]
+
+
+def queue_problems(queues: list[dict], age_limit: float) -> list[str]:
+    """What is wrong with the queues, each with the next step."""
+    problems = []
+    for q in queues:
+        name, depth = q.get("queue"), q.get("depth") or 0
+        if q.get("error"):
+            problems.append(f"queue {name}: {q['error']}. Next: check the broker and BROKER_URL in the app's secrets")
+            continue
+        oldest = f", the oldest waiting {duration_words(q['oldest_age'])}" if q.get("oldest_age") is not None else ""
+        task = f" ({q['oldest_task']})" if q.get("oldest_task") else ""
+        if depth and not q.get("consumers") and q.get("consumers_error"):
+            problems.append(f"queue {name} has {depth} message(s) waiting{oldest}{task}; the workers could not be "
+                            f"asked whether they consume it ({q['consumers_error']})")
+        elif depth and not q.get("consumers"):
+            problems.append(f"queue {name} has {depth} message(s) waiting{oldest}{task} and no worker consumes it. "
+                            "Next: are the workers up (the instances above)? Do they listen to it (-Q and "
+                            "sturdy_processes[].queues)?")
+        elif q.get("oldest_age") is not None and q["oldest_age"] > age_limit:
+            problems.append(f"queue {name}: the oldest message{task} has waited {duration_words(q['oldest_age'])} "
+                            f"(more than {duration_words(age_limit)}) with {depth} waiting and "
+                            f"{len(q.get('consumers') or [])} consumer(s): the workers do not keep up. Next: more "
+                            "instances (sturdy_processes[].instances), or find the slow task in the workers' logs")
+    return problems

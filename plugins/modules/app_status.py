@@ -1,0 +1,192 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: app_status
+short_description: What an app's processes are doing on one host, and what is wrong with them
+version_added: 0.2.0
+author: sturdy.workers contributors (@sturdy-workers)
+extends_documentation_fragment:
+  - sturdy.workers.systemd
+description:
+  - Reads every declared instance of every process type of the app, and any instance systemd still runs that is
+    not declared; for each, its state, the build of the code it runs (from the release its working directory is in, not from
+    C(current)), whether that is an older release than C(current), C(NRestarts), the automatic restarts of the last
+    hour and the last exit of its main process in words (from systemd's own journal records), and its uptime.
+  - Lists each problem with the next step to take.
+  - Three commands (C(systemctl list-units), C(systemctl show), C(journalctl)) and reads under C(/proc); never
+    changes anything.
+options:
+  plan:
+    description:
+      - The app plan (P(sturdy.workers.app_plan#filter)); its C(app), C(current), C(releases) and C(processes) are
+        used.
+    type: dict
+    required: true
+  queues:
+    description:
+      - Also read the queues (C(queues)) of the process types whose adapter is C(celery), that is the depth, the oldest
+        waiting message (its task, and its age when the producer stamps messages, as processes with the agent do)
+        and the workers that consume each (those answering Celery's remote-control ping).
+      - Runs the agent (C(python -m sturdy_agent stats)) from the release C(current) names, with the process type's
+        user, environment and the app's secrets, as the smoke test does; needs the plan's C(secrets).
+    type: bool
+    default: true
+  queue_timeout:
+    description: Seconds the workers have to answer the consumers' ping.
+    type: float
+    default: 1.0
+  journal_since:
+    description: How far back the journal is read for the last exit of each instance (a C(journalctl --since) value).
+    type: str
+    default: "-7d"
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is nothing to show.
+requirements:
+  - systemd
+"""
+
+EXAMPLES = r"""
+- name: Read the app's processes on this host
+  sturdy.workers.app_status:
+    plan: "{{ sturdy_app | sturdy.workers.app_plan(processes=sturdy_processes) }}"
+  register: shop_status
+
+- name: Show what is wrong
+  ansible.builtin.debug:
+    var: shop_status.problems
+"""
+
+RETURN = r"""
+host:
+  description: The host's name as systemd knows it.
+  returned: always
+  type: str
+current:
+  description: The build C(current) points at, or null.
+  returned: always
+  type: str
+  sample: 2026.11.29-2
+processes:
+  description:
+    - Per process type, its C(name), C(adapter), C(queues) and C(instances).
+    - Each instance has C(unit), C(state), C(sub_state), C(result), C(result_words), C(enabled), C(loaded), C(pid),
+      C(build) (of the code it runs), C(build_source) (C(cwd), C(environment) or why unknown), C(old_release),
+      C(unit_build) (the C(STURDY_BUILD_ID) its unit sets), C(restarts) (C(NRestarts)), C(restarts_last_hour),
+      C(uptime) (seconds), C(last_exit) (C(time), C(code), C(status), C(words), C(clean)) and C(declared).
+  returned: always
+  type: list
+  elements: dict
+problems:
+  description: What an operator must act on, each naming the unit and the next step.
+  returned: always
+  type: list
+  elements: str
+queues:
+  description:
+    - One entry per queue read, with C(queue), C(depth), C(oldest_task), C(oldest_age) (seconds, null when the oldest
+      message carries no stamp), C(oldest_stamped), C(consumers) (worker node names) and C(error) when it could not
+      be read.
+  returned: always
+  type: list
+  elements: dict
+systemd_version:
+  description: The host's systemd version.
+  returned: always
+  type: int
+"""
+
+import os
+import socket
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
+    PROPERTIES,
+    current_build_of,
+    default_read,
+    default_readlink,
+    host_status,
+    journal_argv,
+    journal_by_unit,
+    parse_journal,
+    parse_queue_stats,
+    queue_commands,
+    read_proc,
+)
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import transient_argv
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import parse_show, parse_version
+
+ENV = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "plan": {"type": "dict", "required": True},
+            "queues": {"type": "bool", "default": True},
+            "queue_timeout": {"type": "float", "default": 1.0},
+            "journal_since": {"type": "str", "default": "-7d"},
+        },
+        supports_check_mode=True,
+    )
+    plan = module.params["plan"]
+    for key in ("app", "current", "releases", "processes"):
+        if key not in plan:
+            module.fail_json(msg=f"plan has no {key!r}: pass the output of the sturdy.workers.app_plan filter")
+
+    tools = {name: module.get_bin_path(name) for name in ("systemctl", "journalctl", "systemd-run")}
+    if not all(tools.values()):
+        module.fail_json(msg="systemctl or journalctl not found: this host is not managed by systemd, which "
+                             "sturdy.workers needs")
+
+    def run(argv, check=True):
+        rc, out, err = module.run_command([tools[argv[0]], *argv[1:]], environ_update=ENV)
+        if check and rc != 0:
+            module.fail_json(msg=f"{' '.join(argv[:3])} ... failed (rc {rc}): {err.strip()[-500:]}")
+        return out
+
+    version = parse_version(run(["systemctl", "--version"]))
+    declared = [u for p in plan["processes"] for u in p["units"]]
+    listed = run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service",
+                  f"{plan['app']}-*@*.service"])
+    units = list(dict.fromkeys(declared + [line.split()[0] for line in listed.splitlines() if line.strip()]))
+    show = []
+    if units:
+        show = parse_show(run(["systemctl", "show", "--property=" + ",".join(PROPERTIES), "--", *units]))
+    monotonic_now = time.monotonic()
+    now = time.time()
+    journal = {}
+    if units:
+        # journalctl exits 1 when nothing matches on some versions: an empty journal is an answer, not an error.
+        journal = journal_by_unit(parse_journal(run(journal_argv(units, module.params["journal_since"]), check=False)),
+                                  now)
+    procs = {}
+    for props in show:
+        pid = props.get("MainPID", "0")
+        if props.get("ActiveState") == "active" and pid not in ("", "0"):
+            procs[props.get("Id")] = read_proc(int(pid), default_read, default_readlink)
+    current = current_build_of(plan["current"], plan["releases"], os.path.realpath)
+    result = host_status(plan, show, journal, procs, current, monotonic_now, socket.gethostname())
+    result["queues"] = []
+    if module.params["queues"] and current:
+        release = os.path.realpath(plan["current"])
+        for proc, argv in queue_commands(plan, release, module.params["queue_timeout"]):
+            cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
+                                 proc.get("environment", {}), argv)
+            rc, out, err = module.run_command([tools["systemd-run"], *cmd[1:]], environ_update=ENV)
+            result["queues"] += parse_queue_stats(proc, rc, out, err)
+    module.exit_json(changed=False, systemd_version=version, **result)
+
+
+if __name__ == "__main__":
+    main()

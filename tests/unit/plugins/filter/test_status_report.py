@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from ansible_collections.sturdy.workers.plugins.filter.status_report import status_report
+
+
+def inst(unit, build, **extra):
+    return {"unit": unit, "state": "active", "result": "success", "build": build, "old_release": False,
+            "restarts": 0, "restarts_last_hour": 0, "uptime": 90, "last_exit": None, **extra}
+
+
+def host(current, *procs, problems=()):
+    return {"current": current, "processes": [{"name": n, "instances": i} for n, i in procs],
+            "problems": list(problems), "systemd_version": 257}
+
+
+def test_one_build_everywhere_is_ok_and_tabulated():
+    rep = status_report({"w1": host("b2", ("worker", [inst("shop-worker@1.service", "b2")])),
+                         "web": host("b2", ("web", [inst("shop-web@1.service", "b2")]))}, "shop", 0.0)
+    assert rep["problems"] == []
+    assert rep["summary"][0] == "shop at 1970-01-01 00:00:00 UTC: OK, no problems"
+    assert rep["summary"][1].split() == ["HOST", "UNIT", "STATE", "BUILD", "RESTARTS", "LAST", "HOUR", "UP", "LAST",
+                                         "EXIT"]
+    assert rep["summary"][3].split()[:4] == ["web", "shop-web@1.service", "active", "b2"]
+    assert rep["builds"] == {"b2": ["w1", "web"]}
+
+
+def test_producer_and_worker_skew_and_a_lost_host_are_problems():
+    rep = status_report({
+        "w1": host("b1", ("worker", [inst("shop-worker@1.service", "b1")])),
+        "web": host("b2", ("web", [inst("shop-web@1.service", "b2")]), problems=["web: something"]),
+        "w2": {"unreachable": True, "msg": "ssh: connect to host w2 port 22: No route to host"},
+    }, "shop", 0.0)
+    text = "\n".join(rep["problems"])
+    assert "web: something" in text
+    assert "w2: could not be read (unreachable: ssh: connect to host w2" in text
+    assert "hosts point current at different builds: b1 on w1; b2 on web" in text
+    assert "processes run different builds" in text and "b1: w1 worker; b2: web web" in text
+    assert rep["hosts"]["w2"] == {"error": "ssh: connect to host w2 port 22: No route to host"}
+    assert any(line.startswith("PROBLEM w2: could not be read") for line in rep["summary"])
+    assert "(old)" not in "\n".join(rep["summary"])
+
+
+def test_queues_are_read_once_and_a_backlog_without_consumers_is_a_problem():
+    waiting = {"queue": "default", "depth": 3, "oldest_age": 75.0, "oldest_stamped": True, "oldest_task": "shop.add",
+               "consumers": []}
+    rep = status_report({"w1": {**host("b2"), "queues": [waiting]},
+                         "w2": {**host("b2"), "queues": [{**waiting, "depth": 4}]}}, "shop", 0.0)
+    assert rep["queues"]["default"]["host"] == "w1" and rep["queues"]["default"]["depth"] == 3
+    assert rep["problems"] == ["queue default has 3 message(s) waiting, the oldest waiting 1min (shop.add) and no worker "
+                               "consumes it. Next: are the workers up (the instances above)? Do they listen to it (-Q "
+                               "and sturdy_processes[].queues)?"]
+    assert any(line.split() == ["default", "3", "1min", "0", "w1"] for line in rep["summary"])
+
+
+def test_an_old_message_with_consumers_is_a_problem_past_the_limit():
+    slow = {"queue": "default", "depth": 40, "oldest_age": 900.0, "consumers": ["celery@w1"]}
+    rep = status_report({"w1": {**host("b2"), "queues": [slow]}}, "shop", 0.0, queue_age_limit=600)
+    assert "the oldest message has waited 15min (more than 10min) with 40 waiting and 1 consumer(s)" in rep["problems"][0]
+    assert status_report({"w1": {**host("b2"), "queues": [slow]}}, "shop", 0.0, queue_age_limit=1000)["problems"] == []

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import plan
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
+    UNIT_PROCESS_EXIT,
+    UNIT_RESTART_SCHEDULED,
+    current_build_of,
+    duration_words,
+    exit_words,
+    host_status,
+    journal_argv,
+    journal_by_unit,
+    parse_journal,
+    parse_queue_stats,
+    queue_commands,
+    queue_problems,
+    running_build,
+)
+
+NOW = 1_800_000_000.0
+PLAN = plan("shop", processes=[{"name": "worker", "command": ["bin/shop-worker"], "instances": 2,
+                                "adapter": "celery", "celery_app": "shop.celery", "queues": ["default"]},
+                               {"name": "web", "command": ["bin/shop-web"]}])
+
+
+def record(unit, message_id, ago, **fields):
+    return json.dumps({"UNIT": unit, "MESSAGE_ID": message_id, "__REALTIME_TIMESTAMP": str(int((NOW - ago) * 1e6)),
+                       **fields})
+
+
+@pytest.mark.parametrize("code,status,words", [
+    ("killed", "9", "killed by SIGKILL"),
+    ("killed", "15", "killed by SIGTERM"),
+    ("dumped", "11", "dumped core on SIGSEGV"),
+    ("exited", "0", "exited cleanly (status 0)"),
+    ("exited", "1", "exited with status 1"),
+    ("2", "9", "killed by SIGKILL"),  # ExecMainCode= numbers (CLD_KILLED)
+])
+def test_exit_words(code, status, words):
+    assert exit_words(code, status).startswith(words)
+
+
+def test_sigkill_words_name_the_usual_killers():
+    assert "OOM killer" in exit_words("killed", "9") and "empty log" in exit_words("killed", "9")
+
+
+def test_journal_counts_restarts_of_the_last_hour_and_keeps_the_latest_exit():
+    text = "\n".join([
+        record("shop-worker@1.service", UNIT_RESTART_SCHEDULED, 7200),
+        record("shop-worker@1.service", UNIT_RESTART_SCHEDULED, 600),
+        record("shop-worker@1.service", UNIT_RESTART_SCHEDULED, 30),
+        record("shop-worker@1.service", UNIT_PROCESS_EXIT, 601, EXIT_CODE="exited", EXIT_STATUS="1"),
+        record("shop-worker@1.service", UNIT_PROCESS_EXIT, 31, EXIT_CODE="killed", EXIT_STATUS="9"),
+        record("shop-worker@1.service", UNIT_PROCESS_EXIT, 20, EXIT_CODE="exited", EXIT_STATUS="1",
+               COMMAND="ExecStartPre"),
+        "-- No entries --",
+    ])
+    found = journal_by_unit(parse_journal(text), NOW)["shop-worker@1.service"]
+    assert found["restarts_last_hour"] == 2
+    assert found["last_exit"]["words"].startswith("killed by SIGKILL")
+    assert found["last_exit"]["time"] == pytest.approx(NOW - 31)
+
+
+def test_journal_argv_ors_message_ids_and_units():
+    argv = journal_argv(["shop-worker@1.service", "shop-web@1.service"])
+    assert argv[:4] == ["journalctl", "--no-pager", "-o", "json"]
+    assert "_PID=1" in argv and f"MESSAGE_ID={UNIT_PROCESS_EXIT}" in argv and "UNIT=shop-web@1.service" in argv
+
+
+def test_running_build_prefers_the_working_directory_over_the_unit_environment():
+    releases = "/srv/shop/releases"
+    assert running_build("/srv/shop/releases/b2/app", "STURDY_BUILD_ID=b3\0X=1", releases) == ("b2", "cwd")
+    assert running_build("/var/lib/shop", "A=1\0STURDY_BUILD_ID=b3\0", releases) == ("b3", "environment")
+    assert running_build(None, None, releases) == (None, "unknown")
+    # A sibling directory whose name starts the same is not a release.
+    assert running_build("/srv/shop/releases-old/b1", None, releases) == (None, "unknown")
+
+
+def test_current_build_of_reads_the_link_target():
+    assert current_build_of("/srv/shop/current", "/srv/shop/releases",
+                            lambda p: "/srv/shop/releases/b2") == "b2"
+    assert current_build_of("/srv/shop/current", "/srv/shop/releases", lambda p: p) is None
+
+
+@pytest.mark.parametrize("seconds,words", [(None, "-"), (45, "45s"), (750, "12min"), (11520, "3h 12min"),
+                                           (187200, "2d 4h")])
+def test_duration_words(seconds, words):
+    assert duration_words(seconds) == words
+
+
+def show(unit, state="active", pid="100", restarts="0", result="success", start=1000.0, loaded="loaded"):
+    return {"Id": unit, "LoadState": loaded, "ActiveState": state, "SubState": "running" if state == "active" else "dead",
+            "Result": result, "NRestarts": restarts, "MainPID": pid if state == "active" else "0",
+            "ExecMainStartTimestampMonotonic": str(int(start * 1e6)), "UnitFileState": "enabled",
+            "Environment": "STURDY_APP=shop STURDY_BUILD_ID=b2"}
+
+
+def status(units, journal=None, procs=None, current="b2"):
+    return host_status(PLAN, units, journal or {}, procs or {}, current, 1600.0, "h1")
+
+
+def test_a_healthy_host_has_no_problem():
+    units = [show("shop-worker@1.service"), show("shop-worker@2.service", pid="101"), show("shop-web@1.service", pid="102")]
+    procs = {u["Id"]: {"cwd": "/srv/shop/releases/b2", "environ": ""} for u in units}
+    got = status(units, procs=procs)
+    assert got["problems"] == []
+    worker = got["processes"][0]
+    assert [i["unit"] for i in worker["instances"]] == ["shop-worker@1.service", "shop-worker@2.service"]
+    assert worker["instances"][0]["build"] == "b2" and worker["instances"][0]["uptime"] == 600.0
+    assert worker["instances"][0]["unit_build"] == "b2"
+
+
+def test_each_problem_names_the_unit_and_the_next_step():
+    units = [show("shop-worker@1.service", restarts="2"),
+             show("shop-worker@2.service", state="failed", result="oom-kill"),
+             show("shop-worker@3.service", pid="103"),
+             show("shop-web@1.service", pid="102")]
+    procs = {"shop-worker@1.service": {"cwd": "/srv/shop/releases/b2"},
+             "shop-worker@3.service": {"cwd": "/srv/shop/releases/b2"},
+             "shop-web@1.service": {"cwd": "/srv/shop/releases/b1"}}
+    journal = {"shop-worker@1.service": {"restarts_last_hour": 4, "last_exit": {"words": "killed by SIGKILL"}},
+               "shop-worker@2.service": {"restarts_last_hour": 0,
+                                         "last_exit": {"words": "killed by SIGKILL (the OOM killer ...)"}}}
+    problems = status(units, journal, procs)["problems"]
+    text = "\n".join(problems)
+    assert "h1 shop-worker@1.service died and was restarted by systemd 2 time(s)" in text and "a crash loop" in text
+    assert "h1 shop-worker@2.service is declared but failed (oom-kill: it was killed by the OOM killer" in text
+    assert "journalctl -u shop-worker@2.service" in text
+    assert "h1 shop-worker@3.service runs but is not declared" in text
+    assert "h1 shop-web@1.service runs build b1 but current is b2" in text and "sturdy.workers.restart" in text
+    assert len(problems) == 4
+
+
+def test_an_old_restart_is_no_longer_a_problem_after_an_hour():
+    units = [show("shop-worker@1.service", restarts="1"), show("shop-worker@2.service"), show("shop-web@1.service")]
+    journal = {"shop-worker@1.service": {"restarts_last_hour": 0, "last_exit": {"words": "exited with status 1"}}}
+    assert status(units, journal)["problems"] == []
+
+
+def test_a_host_without_a_release_or_units_says_to_deploy():
+    problems = status([], current=None)["problems"]
+    assert "current does not point at a release" in problems[0]
+    assert any("shop-worker@1.service: no unit file" in p for p in problems)
+
+
+def test_queue_commands_run_the_agent_once_per_queue_set_of_celery_processes():
+    commands = queue_commands(PLAN, "/srv/shop/releases/b2", 1.0)
+    assert commands == [(PLAN["processes"][0], ["/srv/shop/releases/b2/venv/bin/python", "-m", "sturdy_agent", "stats",
+                                                "--celery-app", "shop.celery", "--timeout", "1", "default"])]
+
+
+def test_queue_stats_that_cannot_be_read_say_why_per_queue():
+    got = parse_queue_stats(PLAN["processes"][0], 1, "", "kombu.exceptions.OperationalError: Connection refused")
+    assert got == [{"queue": "default", "error": "the agent could not read it (rc 1): "
+                                                 "kombu.exceptions.OperationalError: Connection refused"}]
+    assert parse_queue_stats(PLAN["processes"][0], 0, 'log line\n[{"queue": "default", "depth": 2}]\n', "") == [
+        {"queue": "default", "depth": 2}]
+    assert "check the broker" in queue_problems(got, 600)[0]

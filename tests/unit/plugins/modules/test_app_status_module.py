@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import json
+
+from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import plan
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import UNIT_PROCESS_EXIT
+from ansible_collections.sturdy.workers.plugins.modules import app_status
+
+PLAN = plan("shop", root="/nonexistent/shop", processes=[{"name": "worker", "command": ["bin/shop-worker"]}])
+SHOW = ("Id=shop-worker@1.service\nLoadState=loaded\nActiveState=failed\nSubState=failed\nResult=signal\n"
+        "NRestarts=0\nMainPID=0\nExecMainStartTimestampMonotonic=0\nUnitFileState=enabled\nEnvironment=\n")
+EXIT = json.dumps({"UNIT": "shop-worker@1.service", "MESSAGE_ID": UNIT_PROCESS_EXIT, "EXIT_CODE": "killed",
+                   "EXIT_STATUS": "9", "__REALTIME_TIMESTAMP": "1000000"})
+
+
+def test_reads_units_and_journal_and_changes_nothing(run_module):
+    result, calls = run_module(app_status, {"plan": PLAN, "_ansible_check_mode": True}, [
+        (["/usr/bin/systemctl", "--version"], (0, "systemd 257 (257.13)\n", "")),
+        (["/usr/bin/systemctl", "list-units"], (0, "shop-worker@1.service loaded failed failed shop worker\n", "")),
+        (["/usr/bin/systemctl", "show"], (0, SHOW, "")),
+        # journalctl's exit status is not an error: no match may exit 1.
+        (["/usr/bin/systemctl", "--no-pager", "-o", "json"], (1, EXIT + "\n", "")),
+    ], bin_path="/usr/bin/systemctl")
+    # get_bin_path answers one path for every tool in this harness; the calls name the tool by argv[1:].
+    assert result["changed"] is False and result["systemd_version"] == 257
+    inst = result["processes"][0]["instances"][0]
+    assert inst["state"] == "failed" and inst["last_exit"]["words"].startswith("killed by SIGKILL")
+    assert "/nonexistent/shop/current does not point at a release" in result["problems"][0]
+    assert "shop-worker@1.service is declared but failed (signal: it was killed by a signal; last exit: killed by "\
+           "SIGKILL" in result["problems"][1]
+    assert all(c[1] in ("--version", "list-units", "show", "--no-pager") for c in calls)
+
+
+def test_a_plan_from_elsewhere_is_refused(run_module):
+    result, dummy = run_module(app_status, {"plan": {"app": "shop"}})
+    assert result["failed"] and "pass the output of the sturdy.workers.app_plan filter" in result["msg"]
