@@ -220,6 +220,9 @@ def plan(
         "release": release,
         "artifact": artifact,
         "target": target_unit(app),
+        # StateDirectory=<app> of every unit; the agent records running tasks under it (sturdy_agent.TASK_RECORDS).
+        "state_dir": f"/var/lib/{app}",
+        "task_records": f"/var/lib/{app}/sturdy-tasks",
         "marker": marker(app),
         "unit_dir": UNIT_DIR,
         "unit_files": [template_unit(app, "*"), target_unit(app)],

@@ -189,8 +189,8 @@ def instance_problems(host: str, process: dict, inst: dict, declared: bool, curr
         why = f"{inst['result']}: it {inst['result_words']}" if inst["result_words"] else inst["result"] or "?"
         last = f"; last exit: {inst['last_exit']['words']}" if inst["last_exit"] else ""
         verb = "is declared but " if declared else ""
-        problems.append(f"{where} {verb}{inst['state']} ({why}{last}). Next: journalctl -u {inst['unit']} -n 100 "
-                        "(its last lines say why)")
+        problems.append(f"{where} {verb}{inst['state']} ({why}{last}). Next: ansible-playbook sturdy.workers.diagnose "
+                        f"-e sturdy_diagnose_unit={inst['unit']}")
     elif not declared:
         problems.append(f"{where} runs but is not declared (sturdy_processes[{process.get('name')}].instances): the "
                         "next deploy stops it; stop it now with systemctl disable --now")
@@ -202,8 +202,8 @@ def instance_problems(host: str, process: dict, inst: dict, declared: bool, curr
         last = inst["last_exit"]["words"] if inst["last_exit"] else "unknown"
         loop = "a crash loop: " if inst["restarts_last_hour"] >= 3 else ""
         problems.append(f"{where} died and was restarted by systemd {inst['restarts']} time(s) since it was started, "
-                        f"{inst['restarts_last_hour']} in the last hour ({loop}last exit: {last}). Next: journalctl -u "
-                        f"{inst['unit']} -n 100 (a traceback, or nothing before a SIGKILL)")
+                        f"{inst['restarts_last_hour']} in the last hour ({loop}last exit: {last}). Next: ansible-playbook "
+                        f"sturdy.workers.diagnose -e sturdy_diagnose_unit={inst['unit']}")
     return problems
 
 

@@ -274,3 +274,35 @@ def test_status_tells_a_backlog_nobody_consumes_and_how_long_its_oldest_message_
         for h in workers:
             h.run("systemctl start shop-worker@1.service shop-worker@2.service")
     assert task("web-trixie", "after-backlog")["build_id"] == B2
+
+
+def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for_redelivery():
+    trixie, bookworm, web = host("worker-trixie"), host("worker-bookworm"), host("web-trixie")
+    unit, records = "shop-worker@1.service", "/var/lib/shop/sturdy-tasks/shop-worker@1.service"
+    try:
+        # Only worker-trixie's shop-worker@1 consumes, so the long task runs there.
+        bookworm.check_output("systemctl stop shop-worker@1.service shop-worker@2.service")
+        trixie.check_output("systemctl stop shop-worker@2.service")
+        task_id = web.check_output("/usr/local/sbin/shop-task --sleep diagnose-1 20").splitlines()[-1]
+        deadline = time.monotonic() + 60
+        while trixie.run(f"grep -qs {task_id} {records}/*.json").rc != 0:
+            assert time.monotonic() < deadline, "the agent never recorded the long task as running"
+            time.sleep(0.5)
+        pid = trixie.check_output(f"systemctl show -P MainPID {unit}")
+        # The whole worker at once (main process and pool), mid-task, as a kill -9 of its process group does.
+        trixie.check_output(f"kill -9 -- -{pid}")
+        while trixie.check_output(f"systemctl show -P MainPID {unit}") in ("0", pid):
+            assert time.monotonic() < deadline + 60, "systemd did not bring the worker back after kill -9"
+            time.sleep(1)
+        result = run_as_readme(readme_command("diagnose"))
+        text = said(result)
+        assert result.returncode == 0, text[-3000:]
+        assert f"worker-trixie {unit}: active (Result=" in text and "NRestarts=1)" in text
+        assert "last death: killed by SIGKILL" in text
+        assert "why: it was killed by SIGKILL, and not by systemd's own stop" in text
+        assert f"it was running shopdemo.sleep[{task_id}]" in text
+        assert "not acknowledged: the broker holds it and hands it out again after the visibility timeout" in text
+        assert f"web-trixie: no unit {unit} here" in text
+    finally:
+        bookworm.run("systemctl start shop-worker@1.service shop-worker@2.service")
+        trixie.run("systemctl start shop-worker@2.service")

@@ -12,6 +12,8 @@ STURDY_AGENT=celery; then, inside a Celery worker:
   release the code was loaded from, the host, unit, main PID, release path, the queues the worker consumes
   and its reliability settings.
 
+- a record of each task while it runs ($STATE_DIRECTORY/sturdy-tasks/<unit>/<pid>.json: id, name, start, the
+  unit's invocation), left behind when the worker is killed, so a diagnosis can tell what it was running;
 - a stamp (header sturdy_sent, a UNIX time) on every task message the process publishes, so the age of the
   oldest waiting message can be told.
 
@@ -70,6 +72,36 @@ def release_of(path: str) -> str | None:
     return None
 
 
+TASK_RECORDS = "sturdy-tasks"
+# Records of tasks a killed worker left behind are kept this long for a diagnosis, then removed at a start.
+TASK_RECORDS_KEEP = 7 * 86400
+
+
+def task_record_path(environ=None, pid: int | None = None) -> str | None:
+    """Where this process records the task it runs: $STATE_DIRECTORY/sturdy-tasks/<unit>/<pid>.json."""
+    environ = os.environ if environ is None else environ
+    base = (environ.get("STATE_DIRECTORY") or "").split(":")[0]
+    names = [environ.get(k) for k in ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE")]
+    if not base or not all(names):
+        return None
+    return os.path.join(base, TASK_RECORDS, "{}-{}@{}.service".format(*names), f"{pid or os.getpid()}.json")
+
+
+def prune_task_records(directory: str, now: float, keep: float = TASK_RECORDS_KEEP) -> None:
+    """Remove records older than `keep` (the newest ones tell what a recent death interrupted)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            if now - os.stat(path).st_mtime > keep:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
 def loaded_build() -> tuple[str | None, str | None]:
     """(release path, build ID) of the release this code was loaded from: what the process really runs."""
     release = release_of(__file__)
@@ -116,6 +148,9 @@ def install_celery_hooks() -> None:
     def after_setup(sender=None, instance=None, **_):
         app = instance.app
         _STATE.update(main_pid=os.getpid(), node=sender, concurrency=getattr(instance, "concurrency", None))
+        record = task_record_path()
+        if record:
+            prune_task_records(os.path.dirname(record), time.time())
         queue = own_smoke_queue()
         if queue:
             app.amqp.queues.select_add(queue)
@@ -136,6 +171,29 @@ def install_celery_hooks() -> None:
 
     def stopping(sig=None, how=None, **_):
         notify(f"STOPPING=1\nSTATUS={how} shutdown ({sig})")
+
+    def task_started(task_id=None, task=None, **_):
+        path = task_record_path()
+        if path:
+            record = {"id": task_id, "name": getattr(task, "name", None), "started": time.time(), "pid": os.getpid(),
+                      "invocation": os.environ.get("INVOCATION_ID")}
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as fh:
+                    json.dump(record, fh)
+            except OSError:
+                pass
+
+    def task_ended(**_):
+        path = task_record_path()
+        if path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    signals.task_prerun.connect(task_started, weak=False)
+    signals.task_postrun.connect(task_ended, weak=False)
 
     def stamp(headers=None, **_):
         # Celery messages carry no publish time: without one, a queue's age cannot be told.
@@ -251,6 +309,27 @@ def queue_stats(celery_app: str, queues: list[str], timeout: float) -> list[dict
     return found
 
 
+def task_states(celery_app: str, ids: list[str]) -> list[dict]:
+    """Each task's state in the result backend and, on Redis, whether the broker holds it unacknowledged."""
+    app = _celery_app(celery_app)
+    unacked = ""
+    with app.connection_for_read() as conn:
+        client = getattr(conn.channel(), "client", None)
+        if client is not None and hasattr(client, "hvals"):
+            # kombu's Redis transport keeps delivered, unacknowledged messages in the hash "unacked".
+            unacked = "\n".join(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                                for v in client.hvals("unacked"))
+    found = []
+    for task_id in ids:
+        entry = {"id": task_id, "unacked": task_id in unacked}
+        try:
+            entry["state"] = app.AsyncResult(task_id).state
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per task
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+        found.append(entry)
+    return found
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sturdy_agent")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -263,7 +342,13 @@ def main(argv=None) -> int:
     stats_cmd.add_argument("--celery-app", required=True)
     stats_cmd.add_argument("--timeout", type=float, default=1.0, help="how long workers have to answer the ping")
     stats_cmd.add_argument("queues", nargs="+")
+    tasks_cmd = sub.add_parser("tasks", help="print each task's state and whether the broker holds it unacknowledged")
+    tasks_cmd.add_argument("--celery-app", required=True)
+    tasks_cmd.add_argument("ids", nargs="+")
     args = parser.parse_args(argv)
+    if args.command == "tasks":
+        print(json.dumps(task_states(args.celery_app, args.ids), sort_keys=True))
+        return 0
     if args.command == "queue":
         print(own_smoke_queue() or "")
         return 0

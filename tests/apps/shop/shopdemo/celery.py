@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 from celery import Celery
 
@@ -35,5 +36,16 @@ def record(key: str, value: str) -> dict:
     db = store.client()
     db.incr(store.RUNS.format(key=key))
     if db.set(store.EFFECT.format(key=key), value, nx=True):
+        db.incr(store.EFFECTS_TOTAL)
+    return {"key": key, "build_id": BUILD_ID, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+@app.task(name="shopdemo.sleep")
+def sleep(key: str, seconds: float) -> dict:
+    """A long task: counts its runs, works for `seconds`, then records its effect once."""
+    db = store.client()
+    db.incr(store.RUNS.format(key=key))
+    time.sleep(float(seconds))
+    if db.set(store.EFFECT.format(key=key), "done", nx=True):
         db.incr(store.EFFECTS_TOTAL)
     return {"key": key, "build_id": BUILD_ID, "host": socket.gethostname(), "pid": os.getpid()}

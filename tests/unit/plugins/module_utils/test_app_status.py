@@ -129,7 +129,7 @@ def test_each_problem_names_the_unit_and_the_next_step():
     text = "\n".join(problems)
     assert "h1 shop-worker@1.service died and was restarted by systemd 2 time(s)" in text and "a crash loop" in text
     assert "h1 shop-worker@2.service is declared but failed (oom-kill: it was killed by the OOM killer" in text
-    assert "journalctl -u shop-worker@2.service" in text
+    assert "sturdy.workers.diagnose -e sturdy_diagnose_unit=shop-worker@2.service" in text
     assert "h1 shop-worker@3.service runs but is not declared" in text
     assert "h1 shop-web@1.service runs build b1 but current is b2" in text and "sturdy.workers.restart" in text
     assert len(problems) == 4

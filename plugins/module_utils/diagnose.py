@@ -1,0 +1,211 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Why a unit's main process died, from systemd's own record: pure logic over journal records and files.
+
+The unit_diagnosis module gathers the inputs (journal records of PID 1 and of the unit, the cgroup's memory
+events, the kernel log, the agent's records of running tasks, the tasks' state in the broker) and this module
+turns them into a cause in words and the next step.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import UNIT_PROCESS_EXIT, exit_words
+
+TRACEBACK_START = "Traceback (most recent call last):"
+# PID 1's own words about a unit (systemd's core/service.c), and what they mean for the operator.
+PID1_SIGNS = (
+    (re.compile(r"[Ww]atchdog timeout"), "watchdog"),
+    (re.compile(r"State 'stop-sigterm' timed out|State 'stop-final-sigterm' timed out|stop operation timed out"),
+     "stop-timeout"),
+    (re.compile(r"[Ss]tart operation timed out|State 'start' timed out"), "start-timeout"),
+    (re.compile(r"killed by the OOM killer|oom-kill"), "oom"),
+    (re.compile(r"Start request repeated too quickly"), "start-limit"),
+)
+OOM_KERNEL = re.compile(r"oom-kill:|Out of memory|Memory cgroup out of memory|Killed process")
+
+
+def last_death(pid1: list[dict]) -> dict | None:
+    """The last exit of the unit's main process (ExecStart) from PID 1's records, with its invocation."""
+    found = None
+    for record in pid1:
+        if record.get("MESSAGE_ID") != UNIT_PROCESS_EXIT or record.get("COMMAND", "ExecStart") != "ExecStart":
+            continue
+        when = int(record.get("__REALTIME_TIMESTAMP", "0")) / 1e6
+        if found is None or when >= found["time"]:
+            code, status = str(record.get("EXIT_CODE", "")), str(record.get("EXIT_STATUS", ""))
+            found = {"time": when, "code": code, "status": status, "words": exit_words(code, status),
+                     "invocation": record.get("INVOCATION_ID") or record.get("_SYSTEMD_INVOCATION_ID"),
+                     "clean": code == "exited" and status == "0"}
+    return found
+
+
+def pid1_signs(pid1: list[dict], invocation: str | None) -> list[str]:
+    """Signs of a timeout, watchdog, OOM kill or start limit in PID 1's messages about that invocation."""
+    signs = []
+    for record in pid1:
+        if invocation and record.get("INVOCATION_ID") not in (None, invocation):
+            continue
+        message = str(record.get("MESSAGE", ""))
+        for pattern, sign in PID1_SIGNS:
+            if pattern.search(message) and sign not in signs:
+                signs.append(sign)
+    return signs
+
+
+def traceback(lines: list[str]) -> list[str]:
+    """The last Python traceback in the lines, from its first line to the exception line."""
+    start = max((i for i, line in enumerate(lines) if TRACEBACK_START in line), default=None)
+    if start is None:
+        return []
+    block = [lines[start]]
+    for line in lines[start + 1:]:
+        block.append(line)
+        # Frames are indented; the exception line is the first one that is not.
+        stripped = line.split(TRACEBACK_START)[-1]
+        if stripped and not stripped.startswith((" ", "\t")) and not stripped.startswith("During handling"):
+            break
+    return block
+
+
+def oom_events(memory_events: str | None) -> int:
+    """oom_kill count from a cgroup's memory.events ("oom_kill 2")."""
+    for line in (memory_events or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill":
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
+
+
+def kernel_oom(lines: list[str], unit: str) -> list[str]:
+    """Kernel OOM lines that name the unit (task_memcg=/.../<unit>) or, when none does, any OOM line."""
+    ooms = [line for line in lines if OOM_KERNEL.search(line)]
+    named = [line for line in ooms if unit in line]
+    return named or ooms
+
+
+def task_words(task: dict) -> str:
+    """What became of a task that was running when its worker died (state from the result backend, and whether
+    the broker still holds it unacknowledged)."""
+    state = task.get("state")
+    if state == "SUCCESS":
+        return "it ran again and succeeded (redelivered: task_acks_late did its job)"
+    if state in ("FAILURE", "RETRY", "REVOKED"):
+        return f"it ran again and ended in {state}"
+    if state == "STARTED":
+        return "it is running again"
+    if task.get("unacked"):
+        return ("not acknowledged: the broker holds it and hands it out again after the visibility timeout "
+                "(nothing is lost; it runs again, so it must be idempotent)")
+    if task.get("waiting"):
+        return "it is back in its queue, waiting for a worker"
+    if state == "PENDING":
+        return ("no result, not in its queue and not held unacknowledged: lost, unless it has no result backend "
+                "(a worker with task_acks_late off acknowledges a task before running it)")
+    return f"its state could not be read ({task.get('error', 'no answer')})"
+
+
+def cause(result: str, death: dict | None, signs: list[str], oom: bool, empty_log: bool, tb: list[str],
+          settings: dict) -> tuple[str, str]:
+    """(why it died, the next step), most specific first."""
+    stop = settings.get("TimeoutStopUSec", "?")
+    if oom or result == "oom-kill" or "oom" in signs:
+        return ("the OOM killer killed it: the unit or the host ran out of memory",
+                "find the task whose memory grows (the running task below); lower --concurrency, set "
+                "--max-memory-per-child, or raise MemoryMax= / the host's memory")
+    if result == "watchdog" or "watchdog" in signs:
+        return ("it missed its watchdog (WatchdogSec=): its event loop hung, so systemd killed it (SIGABRT)",
+                "look for a blocking call in the main process (a broker connection without timeout, a deadlock); "
+                "the traceback SIGABRT printed is in the log below")
+    if "stop-timeout" in signs:
+        return (f"a stop waited the whole stop timeout ({stop}) for running tasks and then systemd SIGKILLed it",
+                "a task ran longer than max_task_runtime: raise sturdy_processes[].max_task_runtime (the stop timeout "
+                "follows) or set task_time_limit below it")
+    if "start-timeout" in signs:
+        return ("it did not become ready within its start timeout (TimeoutStartSec=, no READY=1)",
+                "read the log below: a broker it cannot reach, a slow import; the agent sends READY=1 once the worker "
+                "consumes")
+    if result == "timeout":
+        return ("it hit a start or stop timeout (TimeoutStartSec=/TimeoutStopSec=)",
+                "read PID 1's messages (journalctl -u <unit>) for which one, and the log below")
+    if death and death["code"] in ("killed", "dumped"):
+        words = f"it was {death['words'].split(' (')[0]}"
+        if death["status"] == "9":
+            words += (", and not by systemd's own stop: the OOM killer (outside its cgroup's view), a container or "
+                      "cgroup memory limit, or someone's kill -9")
+            if empty_log:
+                words += "; its log ends without an error, which fits a SIGKILL"
+        return (words, "check the host's memory (dmesg, the container's limit) and who else may kill processes; the "
+                       "task it was running is below")
+    if tb:
+        return (f"it exited ({death['words'] if death else result}) after a Python exception: {tb[-1].strip()}",
+                "fix the error the traceback shows; a release that dies on start is rolled back by the deploy")
+    if death and not death["clean"]:
+        return (f"it {death['words']}", "read the log below for the error it printed before exiting")
+    if death:
+        return ("it exited cleanly (status 0): a deliberate stop, or the program ended on its own",
+                "nothing failed; if it should still run, start it (systemctl start) and check its command")
+    return ("systemd has no record of its main process exiting in the journal that was read",
+            "widen the window (sturdy_diagnose_since) or read journalctl -u <unit>")
+
+
+def diagnosis(unit: str, props: dict, pid1: list[dict], output: list[dict], memory_events: str | None,
+              kernel: list[str], tasks: list[dict]) -> dict:
+    """Everything known about why `unit` last died, in words, with the next step."""
+    death = last_death(pid1)
+    invocation = death["invocation"] if death else None
+    signs = pid1_signs(pid1, invocation)
+    lines = [str(r.get("MESSAGE", "")) for r in output
+             if not invocation or r.get("_SYSTEMD_INVOCATION_ID") in (None, invocation)]
+    if death:
+        # Lines logged up to the death (the unit's output arrives a moment later than PID 1's record at most).
+        lines = [str(r.get("MESSAGE", "")) for r in output
+                 if (not invocation or r.get("_SYSTEMD_INVOCATION_ID") in (None, invocation))
+                 and int(r.get("__REALTIME_TIMESTAMP", "0")) / 1e6 <= death["time"] + 1]
+    tb = traceback(lines)
+    tail = lines[-15:]
+    errorish = re.compile(r"Traceback|Error|error|CRITICAL|Killed|Warm shutdown|exited|exception", re.I)
+    empty_log = not tail or not any(errorish.search(line) for line in tail[-5:])
+    ooms = kernel_oom(kernel, unit)
+    oom = oom_events(memory_events) > 0 or bool(ooms)
+    why, step = cause(props.get("Result", ""), death, signs, oom, empty_log, tb, props)
+    interrupted = [t for t in tasks if not invocation or t.get("invocation") in (None, invocation)]
+    for t in interrupted:
+        t["fate"] = task_words(t)
+    return {
+        "unit": unit,
+        "state": props.get("ActiveState", "unknown"),
+        "result": props.get("Result", ""),
+        "restarts": int(props.get("NRestarts") or 0),
+        "death": death,
+        "signs": signs,
+        "cause": why,
+        "next": step,
+        "traceback": tb,
+        "log_tail": tail,
+        "empty_log": empty_log,
+        "oom": {"memory_events_oom_kill": oom_events(memory_events), "kernel": ooms[-3:]},
+        "running_tasks": interrupted,
+    }
+
+
+def summary(host: str, d: dict) -> list[str]:
+    """Lines for the console."""
+    lines = [f"{host} {d['unit']}: {d['state']} (Result={d['result'] or '-'}, NRestarts={d['restarts']})"]
+    if d["death"]:
+        lines.append(f"  last death: {d['death']['words'].split(' (')[0]} (invocation {d['death']['invocation'] or '?'})")
+    lines.append(f"  why: {d['cause']}")
+    for t in d["running_tasks"]:
+        lines.append(f"  it was running {t.get('name')}[{t.get('id')}], started {t.get('ran', '?')}s before: {t['fate']}")
+    if d["traceback"]:
+        lines += ["  traceback:"] + [f"    {line}" for line in d["traceback"][-8:]]
+    elif d["log_tail"]:
+        lines += ["  its last log lines:"] + [f"    {line}" for line in d["log_tail"][-5:]]
+    else:
+        lines.append("  its log is empty")
+    lines.append(f"  next: {d['next']}")
+    return lines

@@ -1,0 +1,212 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: unit_diagnosis
+short_description: Why an app's unit last died, in systemd's own terms, and what to do next
+version_added: 0.1.0
+author: sturdy.workers contributors (@sturdy-workers)
+extends_documentation_fragment:
+  - sturdy.workers.systemd
+description:
+  - For each unit, reads the last exit of its main process from PID 1's journal records (exit code or signal, and
+    the invocation it ended), PID 1's messages about that invocation (start or stop timeout, watchdog, OOM kill,
+    start limit), the unit's own log lines up to its death (the last Python traceback), the OOM kills counted in its
+    cgroup's C(memory.events) and in the kernel log, and the tasks the worker agent recorded as running when it
+    died, with what became of them (their state in the result backend, and whether the broker still holds them
+    unacknowledged).
+  - Turns them into one cause in words and the next step. A SIGKILL that systemd did not send, with a log that ends
+    without an error, is named as such (the OOM killer, a container limit or a kill -9).
+  - Never changes anything.
+options:
+  plan:
+    description: The app plan (P(sturdy.workers.app_plan#filter)); its C(app), C(current), C(processes),
+      C(task_records) and C(secrets) are used.
+    type: dict
+    required: true
+  units:
+    description:
+      - The units to diagnose. Empty diagnoses every instance of the app on this host that is not active, or that
+        systemd restarted on its own (C(NRestarts) above 0).
+    type: list
+    elements: str
+    default: []
+  since:
+    description: How far back the journal is read (a C(journalctl --since) value).
+    type: str
+    default: "-7d"
+  tasks:
+    description: Ask the broker and the result backend what became of the tasks that were running (through the
+      agent in the release C(current) names, with the units' user and secrets).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is nothing to show.
+requirements:
+  - systemd
+"""
+
+EXAMPLES = r"""
+- name: Why did shop-worker@1 die?
+  sturdy.workers.unit_diagnosis:
+    plan: "{{ sturdy_app | sturdy.workers.app_plan(processes=sturdy_processes) }}"
+    units: [shop-worker@1.service]
+  register: shop_diagnosis
+"""
+
+RETURN = r"""
+diagnoses:
+  description:
+    - One per unit, with C(unit), C(state), C(result), C(restarts), C(death) (C(time), C(code), C(status), C(words),
+      C(invocation), C(clean)), C(signs), C(cause), C(next), C(traceback), C(log_tail), C(empty_log), C(oom) and
+      C(running_tasks) (C(id), C(name), C(started), C(ran), C(state), C(unacked), C(fate)).
+  returned: always
+  type: list
+  elements: dict
+summary:
+  description: Lines for the console.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import glob
+import json
+import os
+import re
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import transient_argv
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import default_read, parse_journal
+from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import diagnosis, last_death, summary
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import parse_show
+
+ENV = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
+PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "ControlGroup", "TimeoutStopUSec",
+              "InvocationID", "LoadState")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "plan": {"type": "dict", "required": True},
+            "units": {"type": "list", "elements": "str", "default": []},
+            "since": {"type": "str", "default": "-7d"},
+            "tasks": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    plan, p = module.params["plan"], module.params
+    for key in ("app", "current", "processes", "task_records"):
+        if key not in plan:
+            module.fail_json(msg=f"plan has no {key!r}: pass the output of the sturdy.workers.app_plan filter")
+    tools = {name: module.get_bin_path(name) for name in ("systemctl", "journalctl", "systemd-run")}
+    if not all(tools.values()):
+        module.fail_json(msg="systemctl, journalctl or systemd-run not found: this host is not managed by systemd")
+
+    def run(argv, check=True):
+        rc, out, err = module.run_command([tools[argv[0]], *argv[1:]], environ_update=ENV)
+        if check and rc != 0:
+            module.fail_json(msg=f"{' '.join(argv[:3])} ... failed (rc {rc}): {err.strip()[-500:]}")
+        return out
+
+    units = list(p["units"])
+    pattern = f"{plan['app']}-*@*.service"
+    if not units:
+        listed = run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service", pattern])
+        units = list(dict.fromkeys([u for proc in plan["processes"] for u in proc["units"]]
+                                   + [line.split()[0] for line in listed.splitlines() if line.strip()]))
+    if not units:
+        module.exit_json(changed=False, diagnoses=[], summary=[f"{socket.gethostname()}: no unit of {plan['app']}"])
+    shows = {b.get("Id"): b for b in parse_show(run(["systemctl", "show", "--property=" + ",".join(PROPERTIES),
+                                                     "--", *units]))}
+    if not p["units"]:
+        units = [u for u in units if shows.get(u, {}).get("LoadState") == "loaded"
+                 and (shows[u].get("ActiveState") != "active" or int(shows[u].get("NRestarts") or 0) > 0)]
+    absent = [u for u in units if shows.get(u, {}).get("LoadState") == "not-found"]
+    units = [u for u in units if u not in absent]
+    foreign = [u for u in units if not re.match(r"^" + re.escape(plan["app"]) + r"-[^@]+@[^.]+\.service$", u)]
+    if foreign:
+        module.fail_json(msg=f"{', '.join(foreign)} is not an instance unit of {plan['app']} "
+                             f"({plan['app']}-<process>@<n>.service): name one of its units")
+    host = socket.gethostname()
+    diagnoses, lines = [], []
+    for unit in units:
+        props = shows.get(unit, {"Id": unit})
+        since = f"--since={p['since']}"
+        pid1 = parse_journal(run(["journalctl", "--no-pager", "-o", "json", since, "-n", "300", "_PID=1",
+                                  f"UNIT={unit}"], check=False))
+        death = last_death(pid1)
+        match = f"_SYSTEMD_INVOCATION_ID={death['invocation']}" if death and death["invocation"] else \
+            f"_SYSTEMD_UNIT={unit}"
+        output = parse_journal(run(["journalctl", "--no-pager", "-o", "json", since, "-n", "300", match],
+                                   check=False))
+        kernel = []
+        if death:
+            window = [f"--since=@{int(death['time']) - 120}", f"--until=@{int(death['time']) + 5}"]
+            kernel = [str(r.get("MESSAGE", "")) for r in
+                      parse_journal(run(["journalctl", "--no-pager", "-o", "json", "-k", *window], check=False))]
+        cgroup = props.get("ControlGroup") or ""
+        memory_events = default_read(f"/sys/fs/cgroup{cgroup}/memory.events") if cgroup else None
+        tasks = []
+        for path in sorted(glob.glob(os.path.join(plan["task_records"], unit, "*.json"))):
+            try:
+                record = json.loads(default_read(path) or "")
+            except ValueError:
+                continue
+            if isinstance(record, dict) and (not death or record.get("invocation") in (None, death["invocation"])):
+                if death and record.get("started"):
+                    record["ran"] = round(death["time"] - float(record["started"]), 1)
+                tasks.append(record)
+        if tasks and p["tasks"]:
+            tasks = with_task_states(module, tools, plan, unit, tasks)
+        d = diagnosis(unit, props, pid1, output, memory_events, kernel, tasks)
+        diagnoses.append(d)
+        lines += summary(host, d)
+    lines += [f"{host}: no unit {u} here" for u in absent]
+    if not diagnoses and not absent:
+        lines.append(f"{host}: every instance of {plan['app']} is active and none was restarted by systemd")
+    module.exit_json(changed=False, diagnoses=diagnoses, summary=lines)
+
+
+def with_task_states(module, tools, plan, unit, tasks):
+    """Ask the agent, from the release current names, what became of the tasks."""
+    proc = next((x for x in plan["processes"] if unit in x["units"] or re.match(x["unit_pattern"], unit)), None)
+    if not proc or proc.get("adapter") != "celery" or not proc.get("celery_app"):
+        return tasks
+    release = os.path.realpath(plan["current"])
+    argv = [f"{release}/venv/bin/python", "-m", "sturdy_agent", "tasks", "--celery-app", proc["celery_app"],
+            *[str(t.get("id")) for t in tasks]]
+    cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
+                         proc.get("environment", {}), argv)
+    rc, out, err = module.run_command([tools["systemd-run"], *cmd[1:]], environ_update=ENV)
+    states = {}
+    for line in reversed(out.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, list):
+            states = {s.get("id"): s for s in value if isinstance(s, dict)}
+            break
+    for t in tasks:
+        got = states.get(str(t.get("id")))
+        if got:
+            t.update(state=got.get("state"), unacked=got.get("unacked"), error=got.get("error"))
+        else:
+            t["error"] = f"the agent could not be asked (rc {rc}): {(out + err).strip()[-200:]}"
+    return tasks
+
+
+if __name__ == "__main__":
+    main()

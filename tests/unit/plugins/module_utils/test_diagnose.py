@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import UNIT_PROCESS_EXIT
+from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import (
+    diagnosis,
+    kernel_oom,
+    oom_events,
+    summary,
+    task_words,
+    traceback,
+)
+
+UNIT = "shop-worker@1.service"
+
+
+def exit_record(code, status, at=1000.0, invocation="inv1"):
+    return {"MESSAGE_ID": UNIT_PROCESS_EXIT, "EXIT_CODE": code, "EXIT_STATUS": status, "INVOCATION_ID": invocation,
+            "__REALTIME_TIMESTAMP": str(int(at * 1e6)), "MESSAGE": f"{UNIT}: Main process exited"}
+
+
+def line(text, at=999.0, invocation="inv1"):
+    return {"MESSAGE": text, "_SYSTEMD_INVOCATION_ID": invocation, "__REALTIME_TIMESTAMP": str(int(at * 1e6))}
+
+
+def pid1_message(text, invocation="inv1"):
+    return {"MESSAGE": text, "INVOCATION_ID": invocation, "__REALTIME_TIMESTAMP": "999000000"}
+
+
+CRASH = ["[2026-12-01 10:00:00] starting", "Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+         "    import shopdemo", "RuntimeError: build 4 is broken on purpose", "after the exception"]
+
+
+def test_traceback_is_the_last_block_up_to_the_exception_line():
+    assert traceback(CRASH) == CRASH[1:5]
+    assert traceback(["no exception here"]) == []
+
+
+def test_an_exception_before_the_exit_is_the_cause():
+    d = diagnosis(UNIT, {"Result": "exit-code"}, [exit_record("exited", "1")], [line(t) for t in CRASH], None, [], [])
+    assert d["cause"] == ("it exited (exited with status 1) after a Python exception: RuntimeError: build 4 is broken "
+                          "on purpose")
+    assert d["traceback"][-1] == "RuntimeError: build 4 is broken on purpose"
+
+
+def test_a_sigkill_with_a_quiet_log_is_named_with_its_usual_senders():
+    d = diagnosis(UNIT, {"Result": "signal"}, [exit_record("killed", "9")],
+                  [line("Task shopdemo.sleep[abc] received")], None, [], [])
+    assert d["cause"].startswith("it was killed by SIGKILL, and not by systemd's own stop: the OOM killer")
+    assert "its log ends without an error, which fits a SIGKILL" in d["cause"]
+    assert d["empty_log"] is True
+
+
+def test_lines_of_another_invocation_or_after_the_death_are_not_its_last_words():
+    d = diagnosis(UNIT, {}, [exit_record("killed", "9", invocation="inv1")],
+                  [line("old", invocation="inv0"), line("mine"), line("later", at=1010.0)], None, [], [])
+    assert d["log_tail"] == ["mine"]
+
+
+@pytest.mark.parametrize("props,pid1,memory,kernel,starts", [
+    ({"Result": "oom-kill"}, [], None, [], "the OOM killer killed it"),
+    ({}, [], "low 0\noom 1\noom_kill 1\n", [], "the OOM killer killed it"),
+    ({}, [], None, ["Memory cgroup out of memory: Killed process 4242 (celery) task_memcg=/system.slice/" + UNIT],
+     "the OOM killer killed it"),
+    ({"Result": "watchdog"}, [pid1_message(f"{UNIT}: Watchdog timeout (limit 30s)!")], None, [],
+     "it missed its watchdog"),
+    ({"Result": "timeout", "TimeoutStopUSec": "1min 30s"},
+     [pid1_message(f"{UNIT}: State 'stop-sigterm' timed out. Killing.")], None, [],
+     "a stop waited the whole stop timeout (1min 30s)"),
+    ({"Result": "timeout"}, [pid1_message(f"{UNIT}: start operation timed out. Terminating.")], None, [],
+     "it did not become ready within its start timeout"),
+])
+def test_systemd_and_kernel_records_name_the_cause(props, pid1, memory, kernel, starts):
+    d = diagnosis(UNIT, props, [*pid1, exit_record("killed", "9")], [], memory, kernel, [])
+    assert d["cause"].startswith(starts), d["cause"]
+    assert d["next"]
+
+
+def test_oom_helpers():
+    assert oom_events("oom 2\noom_kill 2\n") == 2 and oom_events(None) == 0
+    assert kernel_oom(["x", "oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/other.service"], UNIT) == [
+        "oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/other.service"]
+
+
+@pytest.mark.parametrize("task,words", [
+    ({"state": "SUCCESS"}, "it ran again and succeeded"),
+    ({"state": "PENDING", "unacked": True}, "not acknowledged: the broker holds it"),
+    ({"state": "PENDING", "unacked": False}, "no result, not in its queue and not held unacknowledged: lost"),
+    ({"error": "boom"}, "its state could not be read (boom)"),
+])
+def test_what_became_of_an_interrupted_task(task, words):
+    assert task_words(task).startswith(words)
+
+
+def test_running_tasks_of_the_dead_invocation_are_reported_with_their_fate():
+    tasks = [{"id": "t1", "name": "shopdemo.sleep", "invocation": "inv1", "ran": 4.2, "state": "PENDING",
+              "unacked": True},
+             {"id": "t0", "name": "shopdemo.sleep", "invocation": "inv0"}]
+    d = diagnosis(UNIT, {"ActiveState": "active", "NRestarts": "1"}, [exit_record("killed", "9")], [], None, [], tasks)
+    assert [t["id"] for t in d["running_tasks"]] == ["t1"]
+    text = "\n".join(summary("h1", d))
+    assert "h1 shop-worker@1.service: active (Result=-, NRestarts=1)" in text
+    assert "it was running shopdemo.sleep[t1], started 4.2s before: not acknowledged" in text

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+
+from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import plan
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import UNIT_PROCESS_EXIT
+from ansible_collections.sturdy.workers.plugins.modules import unit_diagnosis
+
+PLAN = plan("shop", root="/nonexistent/shop", processes=[{"name": "worker", "command": ["bin/shop-worker"]}])
+SHOW = "Id=shop-worker@1.service\nLoadState=loaded\nActiveState=failed\nResult=exit-code\nNRestarts=0\n"
+DEATH = json.dumps({"MESSAGE_ID": UNIT_PROCESS_EXIT, "EXIT_CODE": "exited", "EXIT_STATUS": "1", "INVOCATION_ID": "i1",
+                    "__REALTIME_TIMESTAMP": "1000000000"})
+LOG = "\n".join(json.dumps({"MESSAGE": m, "_SYSTEMD_INVOCATION_ID": "i1", "__REALTIME_TIMESTAMP": "999000000"})
+                for m in ["Traceback (most recent call last):", '  File "w.py", line 3', "KeyError: 'BROKER_URL'"])
+
+
+def journal(argv):
+    if "_PID=1" in argv:
+        return 0, DEATH + "\n", ""
+    if "_SYSTEMD_INVOCATION_ID=i1" in argv:
+        return 0, LOG + "\n", ""
+    return 0, "", ""  # the kernel log
+
+
+def test_every_unit_in_trouble_is_diagnosed_read_only(run_module):
+    result, calls = run_module(unit_diagnosis, {"plan": PLAN, "_ansible_check_mode": True}, [
+        (["/usr/bin/systemctl", "list-units"], (0, "", "")),
+        (["/usr/bin/systemctl", "show"], (0, SHOW, "")),
+        (["/usr/bin/systemctl", "--no-pager"], journal),
+    ])
+    assert result["changed"] is False
+    (d,) = result["diagnoses"]
+    assert d["cause"] == "it exited (exited with status 1) after a Python exception: KeyError: 'BROKER_URL'"
+    assert any("next: fix the error the traceback shows" in line for line in result["summary"])
+    assert all(c[1] in ("list-units", "show", "--no-pager") for c in calls)
+
+
+def test_a_unit_of_another_app_is_refused(run_module):
+    result, dummy = run_module(unit_diagnosis, {"plan": PLAN, "units": ["sshd.service"]}, [
+        (["/usr/bin/systemctl", "show"], (0, "Id=sshd.service\nLoadState=loaded\n", "")),
+    ])
+    assert result["failed"] and "sshd.service is not an instance unit of shop" in result["msg"]
