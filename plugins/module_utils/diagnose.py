@@ -72,7 +72,7 @@ def traceback(lines: list[str]) -> list[str]:
 def oom_events(memory_events: str | None) -> int:
     """oom_kill count from a cgroup's memory.events ("oom_kill 2")."""
     for line in (memory_events or "").splitlines():
-        key, _, value = line.partition(" ")
+        key, dummy, value = line.partition(" ")
         if key == "oom_kill":
             try:
                 return int(value)

@@ -290,7 +290,7 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
             time.sleep(0.5)
         pid = trixie.check_output(f"systemctl show -P MainPID {unit}")
         # The whole worker at once (main process and pool), mid-task, as a kill -9 of its process group does.
-        trixie.check_output(f"kill -9 -- -{pid}")
+        trixie.check_output(f"python3 -c 'import os, signal; os.killpg({pid}, signal.SIGKILL)'")
         while trixie.check_output(f"systemctl show -P MainPID {unit}") in ("0", pid):
             assert time.monotonic() < deadline + 60, "systemd did not bring the worker back after kill -9"
             time.sleep(1)
