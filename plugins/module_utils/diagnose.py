@@ -139,8 +139,7 @@ def cause(result: str, death: dict | None, signs: list[str], oom: bool, empty_lo
                       "cgroup memory limit, or someone's kill -9")
             if empty_log:
                 words += "; its log ends without an error, which fits a SIGKILL"
-        return (words, "check the host's memory (dmesg, the container's limit) and who else may kill processes; the "
-                       "task it was running is below")
+        return (words, "check the host's memory (dmesg, the container's limit) and who else may kill processes")
     if tb:
         return (f"it exited ({death['words'] if death else result}) after a Python exception: {tb[-1].strip()}",
                 "fix the error the traceback shows; a release that dies on start is rolled back by the deploy")

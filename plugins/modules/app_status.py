@@ -39,6 +39,10 @@ options:
     description: Seconds the workers have to answer the consumers' ping.
     type: float
     default: 1.0
+  host:
+    description: The name the report gives this host (the roles pass C(inventory_hostname)). Empty means its hostname.
+    type: str
+    default: ""
   journal_since:
     description: How far back the journal is read for the last exit of each instance (a C(journalctl --since) value).
     type: str
@@ -133,6 +137,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "plan": {"type": "dict", "required": True},
+            "host": {"type": "str", "default": ""},
             "queues": {"type": "bool", "default": True},
             "queue_timeout": {"type": "float", "default": 1.0},
             "journal_since": {"type": "str", "default": "-7d"},
@@ -176,7 +181,8 @@ def main():
         if props.get("ActiveState") == "active" and pid not in ("", "0"):
             procs[props.get("Id")] = read_proc(int(pid), default_read, default_readlink)
     current = current_build_of(plan["current"], plan["releases"], os.path.realpath)
-    result = host_status(plan, show, journal, procs, current, monotonic_now, socket.gethostname())
+    result = host_status(plan, show, journal, procs, current, monotonic_now,
+                         module.params["host"] or socket.gethostname())
     result["queues"] = []
     if module.params["queues"] and current:
         release = os.path.realpath(plan["current"])

@@ -34,6 +34,10 @@ options:
     type: list
     elements: str
     default: []
+  host:
+    description: The name the report gives this host (the roles pass C(inventory_hostname)). Empty means its hostname.
+    type: str
+    default: ""
   since:
     description: How far back the journal is read (a C(journalctl --since) value).
     type: str
@@ -100,6 +104,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "plan": {"type": "dict", "required": True},
+            "host": {"type": "str", "default": ""},
             "units": {"type": "list", "elements": "str", "default": []},
             "since": {"type": "str", "default": "-7d"},
             "tasks": {"type": "bool", "default": True},
@@ -127,7 +132,8 @@ def main():
         units = list(dict.fromkeys([u for proc in plan["processes"] for u in proc["units"]]
                                    + [line.split()[0] for line in listed.splitlines() if line.strip()]))
     if not units:
-        module.exit_json(changed=False, diagnoses=[], summary=[f"{socket.gethostname()}: no unit of {plan['app']}"])
+        module.exit_json(changed=False, diagnoses=[], summary=[f"{p['host'] or socket.gethostname()}: no unit of "
+                                                                  f"{plan['app']}"])
     shows = {b.get("Id"): b for b in parse_show(run(["systemctl", "show", "--property=" + ",".join(PROPERTIES),
                                                      "--", *units]))}
     if not p["units"]:
@@ -139,7 +145,7 @@ def main():
     if foreign:
         module.fail_json(msg=f"{', '.join(foreign)} is not an instance unit of {plan['app']} "
                              f"({plan['app']}-<process>@<n>.service): name one of its units")
-    host = socket.gethostname()
+    host = p["host"] or socket.gethostname()
     diagnoses, lines = [], []
     for unit in units:
         props = shows.get(unit, {"Id": unit})
