@@ -132,8 +132,8 @@ def main():
         units = list(dict.fromkeys([u for proc in plan["processes"] for u in proc["units"]]
                                    + [line.split()[0] for line in listed.splitlines() if line.strip()]))
     if not units:
-        module.exit_json(changed=False, diagnoses=[], summary=[f"{p['host'] or socket.gethostname()}: no unit of "
-                                                                  f"{plan['app']}"])
+        where = p["host"] or socket.gethostname()
+        module.exit_json(changed=False, diagnoses=[], summary=[f"{where}: no unit of {plan['app']}"])
     shows = {b.get("Id"): b for b in parse_show(run(["systemctl", "show", "--property=" + ",".join(PROPERTIES),
                                                      "--", *units]))}
     if not p["units"]:
