@@ -13,3 +13,14 @@ attributes:
     platforms: posix
     description: Needs systemd as the service manager (C(systemctl), C(journalctl), C(systemd-run)).
 """
+
+    # Modules that only read (unit_health, app_status, unit_diagnosis): sturdy.workers.systemd.read_only.
+    READ_ONLY = r"""
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is nothing to show.
+"""

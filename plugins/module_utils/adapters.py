@@ -56,7 +56,7 @@ class CeleryAdapter:
 
     @staticmethod
     def parse(outputs: list[str], queues: list[str]) -> list[dict]:
-        return _json_line(outputs[0], list)
+        return json_line(outputs[0], list)
 
 
 class CommandAdapter:
@@ -81,7 +81,7 @@ class CommandAdapter:
         found = []
         for queue, out in zip(queues, outputs):
             try:
-                found.append({"queue": queue, "ok": True, "answer": _json_line(out, dict)})
+                found.append({"queue": queue, "ok": True, "answer": json_line(out, dict)})
             except AdapterError as exc:
                 found.append({"queue": queue, "ok": False, "error": str(exc)})
         return found
@@ -97,7 +97,7 @@ def adapter_for(options: dict[str, Any]):
     return ADAPTERS[kind](options)
 
 
-def _json_line(text: str, kind: type):
+def json_line(text: str, kind: type):
     """The last line of `text` that parses as JSON of `kind` (clients may log before it)."""
     for line in reversed(text.strip().splitlines()):
         try:

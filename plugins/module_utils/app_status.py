@@ -14,6 +14,8 @@ import re
 import signal
 from typing import Callable
 
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line
+
 # systemd's catalog IDs (systemd/sd-messages.h), logged by PID 1 with UNIT= set.
 UNIT_PROCESS_EXIT = "98e322203f7a4ed290d09fe03c09fe15"  # EXIT_CODE=, EXIT_STATUS=
 UNIT_RESTART_SCHEDULED = "5eb03494b6584870a536b337290809b3"
@@ -284,13 +286,10 @@ def queue_commands(plan: dict, release: str, timeout: float) -> list[tuple[dict,
 def parse_queue_stats(proc: dict, rc: int, out: str, err: str) -> list[dict]:
     """The agent's JSON answer, or one entry per queue saying why the queues could not be read."""
     if rc == 0:
-        for line in reversed(out.strip().splitlines()):
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, list):
-                return value
+        try:
+            return json_line(out, list)
+        except AdapterError:
+            pass
     tail = " ".join((out + err).strip().splitlines()[-3:])[-400:]
     return [{"queue": q, "error": f"the agent could not read it (rc {rc}): {tail}"} for q in proc.get("queues", [])]
 

@@ -11,6 +11,7 @@ version_added: 0.2.0
 author: sturdy.workers contributors (@sturdy-workers)
 extends_documentation_fragment:
   - sturdy.workers.systemd
+  - sturdy.workers.systemd.read_only
 description:
   - Reads every declared instance of every process type of the app, and any instance systemd still runs that is
     not declared; for each, its state, the build of the code it runs (from the release its working directory is in, not from
@@ -47,13 +48,6 @@ options:
     description: How far back the journal is read for the last exit of each instance (a C(journalctl --since) value).
     type: str
     default: "-7d"
-attributes:
-  check_mode:
-    support: full
-    description: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is nothing to show.
 requirements:
   - systemd
 """

@@ -11,6 +11,7 @@ version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
 extends_documentation_fragment:
   - sturdy.workers.systemd
+  - sturdy.workers.systemd.read_only
 description:
   - For each unit, reads the last exit of its main process from PID 1's journal records (exit code or signal, and
     the invocation it ended), PID 1's messages about that invocation (start or stop timeout, watchdog, OOM kill,
@@ -47,13 +48,6 @@ options:
       agent in the release C(current) names, with the units' user and secrets).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is nothing to show.
 requirements:
   - systemd
 """
@@ -90,7 +84,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.adapters import transient_argv
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line, transient_argv
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import default_read, parse_journal
 from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import diagnosis, last_death, summary
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import parse_show
@@ -196,15 +190,10 @@ def with_task_states(module, tools, plan, unit, tasks):
     cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
                          proc.get("environment", {}), argv)
     rc, out, err = module.run_command([tools["systemd-run"], *cmd[1:]], environ_update=ENV)
-    states = {}
-    for line in reversed(out.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, list):
-            states = {s.get("id"): s for s in value if isinstance(s, dict)}
-            break
+    try:
+        states = {s.get("id"): s for s in json_line(out, list) if isinstance(s, dict)}
+    except AdapterError:
+        states = {}
     for t in tasks:
         got = states.get(str(t.get("id")))
         if got:

@@ -11,6 +11,7 @@ version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
 extends_documentation_fragment:
   - sturdy.workers.systemd
+  - sturdy.workers.systemd.read_only
 description:
   - Reads the host's systemd version, the services a target groups (its C(Wants=) and C(ConsistsOf=), that is,
     enabled instances and instances that are C(PartOf=) it), and the state of those services and of O(units),
@@ -47,13 +48,6 @@ options:
     type: list
     elements: str
     default: [Id, LoadState, ActiveState, SubState, UnitFileState, Result, NRestarts, MainPID, InvocationID, NeedDaemonReload]
-attributes:
-  check_mode:
-    support: full
-    description: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is nothing to show.
 requirements:
   - systemd
 """
