@@ -40,3 +40,25 @@ def test_a_unit_of_another_app_is_refused(run_module):
         (["/usr/bin/systemctl", "show"], (0, "Id=sshd.service\nLoadState=loaded\n", "")),
     ])
     assert result["failed"] and "sshd.service is not an instance unit of shop" in result["msg"]
+
+
+class FakeModule:
+    def __init__(self, answer):
+        self.answer, self.calls = answer, []
+
+    def run_command(self, argv, **kwargs):
+        self.calls.append(argv)
+        return self.answer
+
+
+def test_the_agent_is_asked_what_became_of_the_interrupted_tasks():
+    celery = plan("shop", root="/nonexistent/shop", processes=[{"name": "worker", "command": ["bin/shop-worker"],
+                                                                 "adapter": "celery", "celery_app": "shop.celery"}])
+    module = FakeModule((0, 'celery logs a line\n[{"id": "t1", "state": "PENDING", "unacked": true}]\n', ""))
+    tasks = unit_diagnosis.with_task_states(module, {"systemd-run": "/usr/bin/systemd-run"}, celery,
+                                            "shop-worker@1.service", [{"id": "t1"}, {"id": "t2"}])
+    assert tasks[0] == {"id": "t1", "state": "PENDING", "unacked": True, "error": None}
+    assert tasks[1]["error"].startswith("the agent could not be asked (rc 0)")
+    argv = module.calls[0]
+    assert argv[0] == "/usr/bin/systemd-run" and "--uid=shop" in argv
+    assert argv[-5:] == ["tasks", "--celery-app", "shop.celery", "t1", "t2"]
