@@ -52,8 +52,8 @@ class FakeModule:
 
 
 def test_the_agent_is_asked_what_became_of_the_interrupted_tasks():
-    celery = plan("shop", root="/nonexistent/shop", processes=[{"name": "worker", "command": ["bin/shop-worker"],
-                                                                 "adapter": "celery", "celery_app": "shop.celery"}])
+    worker = {"name": "worker", "command": ["bin/shop-worker"], "adapter": "celery", "celery_app": "shop.celery"}
+    celery = plan("shop", root="/nonexistent/shop", processes=[worker])
     module = FakeModule((0, 'celery logs a line\n[{"id": "t1", "state": "PENDING", "unacked": true}]\n', ""))
     tasks = unit_diagnosis.with_task_states(module, {"systemd-run": "/usr/bin/systemd-run"}, celery,
                                             "shop-worker@1.service", [{"id": "t1"}, {"id": "t2"}])
