@@ -317,3 +317,14 @@ def queue_problems(queues: list[dict], age_limit: float) -> list[str]:
                             f"{len(q.get('consumers') or [])} consumer(s): the workers do not keep up. Next: more "
                             "instances (sturdy_processes[].instances), or find the slow task in the workers' logs")
     return problems
+
+
+def list_units_argv(app: str) -> list[str]:
+    """systemctl's list of every instance unit of the app it knows, loaded or not, declared or not."""
+    return ["systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service", f"{app}-*@*.service"]
+
+
+def app_units(plan: dict, listed: str) -> list[str]:
+    """The declared instance units, then the others list_units_argv() found (stray instances systemd still has)."""
+    declared = [u for proc in plan.get("processes", []) for u in proc["units"]]
+    return list(dict.fromkeys(declared + [line.split()[0] for line in listed.splitlines() if line.strip()]))

@@ -63,8 +63,7 @@ def traceback(lines: list[str]) -> list[str]:
     for line in lines[start + 1:]:
         block.append(line)
         # Frames are indented; the exception line is the first one that is not.
-        stripped = line.split(TRACEBACK_START)[-1]
-        if stripped and not stripped.startswith((" ", "\t")) and not stripped.startswith("During handling"):
+        if line and not line.startswith((" ", "\t", "During handling")):
             break
     return block
 
@@ -158,13 +157,11 @@ def diagnosis(unit: str, props: dict, pid1: list[dict], output: list[dict], memo
     death = last_death(pid1)
     invocation = death["invocation"] if death else None
     signs = pid1_signs(pid1, invocation)
+    # The dead invocation's lines up to its death (they reach the journal at most a moment after PID 1's record).
+    until = death["time"] + 1 if death else float("inf")
     lines = [str(r.get("MESSAGE", "")) for r in output
-             if not invocation or r.get("_SYSTEMD_INVOCATION_ID") in (None, invocation)]
-    if death:
-        # Lines logged up to the death (the unit's output arrives a moment later than PID 1's record at most).
-        lines = [str(r.get("MESSAGE", "")) for r in output
-                 if (not invocation or r.get("_SYSTEMD_INVOCATION_ID") in (None, invocation))
-                 and int(r.get("__REALTIME_TIMESTAMP", "0")) / 1e6 <= death["time"] + 1]
+             if (not invocation or r.get("_SYSTEMD_INVOCATION_ID") in (None, invocation))
+             and int(r.get("__REALTIME_TIMESTAMP", "0")) / 1e6 <= until]
     tb = traceback(lines)
     tail = lines[-15:]
     errorish = re.compile(r"Traceback|Error|error|CRITICAL|Killed|Warm shutdown|exited|exception", re.I)

@@ -18,7 +18,6 @@ from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query impor
 )
 
 POLL = 0.5
-ENV = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
 # Marks of systemd's own record of an exit, which journald may write after the process's last words.
 EXIT_MARKS = ("Main process exited", "Failed with result")
 

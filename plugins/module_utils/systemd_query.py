@@ -10,6 +10,9 @@ import re
 import time
 from typing import Callable
 
+# What systemctl and journalctl are run with: plain, uncoloured, unpaged output.
+ENV = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
+
 # (rc, stdout, stderr) = run(argv)
 Runner = Callable[[list], tuple]
 

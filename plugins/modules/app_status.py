@@ -110,21 +110,21 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
     PROPERTIES,
+    app_units,
     current_build_of,
     default_read,
     default_readlink,
     host_status,
     journal_argv,
     journal_by_unit,
+    list_units_argv,
     parse_journal,
     parse_queue_stats,
     queue_commands,
     read_proc,
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.adapters import transient_argv
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import parse_show, parse_version
-
-ENV = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV, parse_show, parse_version
 
 
 def main():
@@ -155,10 +155,7 @@ def main():
         return out
 
     version = parse_version(run(["systemctl", "--version"]))
-    declared = [u for p in plan["processes"] for u in p["units"]]
-    listed = run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service",
-                  f"{plan['app']}-*@*.service"])
-    units = list(dict.fromkeys(declared + [line.split()[0] for line in listed.splitlines() if line.strip()]))
+    units = app_units(plan, run(list_units_argv(plan["app"])))
     show = []
     if units:
         show = parse_show(run(["systemctl", "show", "--property=" + ",".join(PROPERTIES), "--", *units]))

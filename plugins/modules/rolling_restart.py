@@ -84,7 +84,8 @@ from urllib.error import URLError
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.sturdy.workers.plugins.module_utils.rollout import ENV, Host, RolloutError, roll
+from ansible_collections.sturdy.workers.plugins.module_utils.rollout import Host, RolloutError, roll
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
 
 
 def http_ok(url: str) -> bool:

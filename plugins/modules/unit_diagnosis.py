@@ -85,11 +85,15 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line, transient_argv
-from ansible_collections.sturdy.workers.plugins.module_utils.app_status import default_read, parse_journal
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
+    app_units,
+    default_read,
+    list_units_argv,
+    parse_journal,
+)
 from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import diagnosis, last_death, summary
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import parse_show
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV, parse_show
 
-ENV = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
 PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "ControlGroup", "TimeoutStopUSec",
               "InvocationID", "LoadState")
 
@@ -106,7 +110,7 @@ def main():
         supports_check_mode=True,
     )
     plan, p = module.params["plan"], module.params
-    for key in ("app", "current", "processes", "task_records"):
+    for key in ("app", "current", "processes", "task_records", "instance_pattern"):
         if key not in plan:
             module.fail_json(msg=f"plan has no {key!r}: pass the output of the sturdy.workers.app_plan filter")
     tools = {name: module.get_bin_path(name) for name in ("systemctl", "journalctl", "systemd-run")}
@@ -119,12 +123,7 @@ def main():
             module.fail_json(msg=f"{' '.join(argv[:3])} ... failed (rc {rc}): {err.strip()[-500:]}")
         return out
 
-    units = list(p["units"])
-    pattern = f"{plan['app']}-*@*.service"
-    if not units:
-        listed = run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "--type=service", pattern])
-        units = list(dict.fromkeys([u for proc in plan["processes"] for u in proc["units"]]
-                                   + [line.split()[0] for line in listed.splitlines() if line.strip()]))
+    units = list(p["units"]) or app_units(plan, run(list_units_argv(plan["app"])))
     if not units:
         where = p["host"] or socket.gethostname()
         module.exit_json(changed=False, diagnoses=[], summary=[f"{where}: no unit of {plan['app']}"])
@@ -135,7 +134,7 @@ def main():
                  and (shows[u].get("ActiveState") != "active" or int(shows[u].get("NRestarts") or 0) > 0)]
     absent = [u for u in units if shows.get(u, {}).get("LoadState") == "not-found"]
     units = [u for u in units if u not in absent]
-    foreign = [u for u in units if not re.match(r"^" + re.escape(plan["app"]) + r"-[^@]+@[^.]+\.service$", u)]
+    foreign = [u for u in units if not re.match(plan["instance_pattern"], u)]
     if foreign:
         module.fail_json(msg=f"{', '.join(foreign)} is not an instance unit of {plan['app']} "
                              f"({plan['app']}-<process>@<n>.service): name one of its units")
