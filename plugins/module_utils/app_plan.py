@@ -62,6 +62,8 @@ def root_paths(root: str) -> dict[str, str]:
         "current": f"{root}/current",
         "previous": f"{root}/previous",
         "lock": f"{root}/.deploy.lock",
+        # Build, result and time of the last deploy (written by the deploy, read by the metrics collector).
+        "last_deploy": f"{root}/.last-deploy.json",
         # The artifact waits here between the copy and the install.
         "incoming": f"{root}/.incoming",
     }

@@ -12,9 +12,11 @@ import json
 import os
 import re
 import signal
+import time
 from typing import Callable
 
-from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line, transient_argv
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import parse_show, parse_version
 
 # systemd's catalog IDs (systemd/sd-messages.h), logged by PID 1 with UNIT= set.
 UNIT_PROCESS_EXIT = "98e322203f7a4ed290d09fe03c09fe15"  # EXIT_CODE=, EXIT_STATUS=
@@ -328,3 +330,43 @@ def app_units(plan: dict, listed: str) -> list[str]:
     """The declared instance units, then the others list_units_argv() found (stray instances systemd still has)."""
     declared = [u for proc in plan.get("processes", []) for u in proc["units"]]
     return list(dict.fromkeys(declared + [line.split()[0] for line in listed.splitlines() if line.strip()]))
+
+
+class CollectError(Exception):
+    """A command every reading needs failed: the host cannot be read."""
+
+
+def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, str]], queues: bool = True,
+            queue_timeout: float = 1.0, journal_since: str = "-7d", realpath: Callable[[str], str] = os.path.realpath,
+            read: Callable[[str], str | None] = default_read,
+            readlink: Callable[[str], str | None] = default_readlink) -> dict:
+    """Everything app_status and the metrics collector report for one host. `run(argv)` runs systemctl, journalctl
+    or systemd-run (argv[0]) and returns (rc, stdout, stderr)."""
+    def checked(argv):
+        rc, out, err = run(argv)
+        if rc != 0:
+            raise CollectError(f"{' '.join(argv[:3])} ... failed (rc {rc}): {err.strip()[-500:]}")
+        return out
+
+    version = parse_version(checked(["systemctl", "--version"]))
+    units = app_units(plan, checked(list_units_argv(plan["app"])))
+    show = parse_show(checked(["systemctl", "show", "--property=" + ",".join(PROPERTIES), "--", *units])) if units else []
+    monotonic_now, now = time.monotonic(), time.time()
+    # journalctl exits 1 when nothing matches on some versions: an empty journal is an answer, not an error.
+    journal = journal_by_unit(parse_journal(run(journal_argv(units, journal_since))[1]), now) if units else {}
+    procs = {}
+    for props in show:
+        pid = props.get("MainPID", "0")
+        if props.get("ActiveState") == "active" and pid not in ("", "0"):
+            procs[props.get("Id")] = read_proc(int(pid), read, readlink)
+    current = current_build_of(plan["current"], plan["releases"], realpath)
+    result = host_status(plan, show, journal, procs, current, monotonic_now, host)
+    result["systemd_version"] = version
+    result["queues"] = []
+    if queues and current:
+        release = realpath(plan["current"])
+        for proc, argv in queue_commands(plan, release, queue_timeout):
+            cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
+                                 proc.get("environment", {}), argv)
+            result["queues"] += parse_queue_stats(proc, *run(cmd))
+    return result

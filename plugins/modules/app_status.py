@@ -102,29 +102,12 @@ systemd_version:
   type: int
 """
 
-import os
 import socket
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
-    PROPERTIES,
-    app_units,
-    current_build_of,
-    default_read,
-    default_readlink,
-    host_status,
-    journal_argv,
-    journal_by_unit,
-    list_units_argv,
-    parse_journal,
-    parse_queue_stats,
-    queue_commands,
-    read_proc,
-)
-from ansible_collections.sturdy.workers.plugins.module_utils.adapters import transient_argv
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV, parse_show, parse_version
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import CollectError, collect
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
 
 
 def main():
@@ -148,41 +131,15 @@ def main():
         module.fail_json(msg="systemctl or journalctl not found: this host is not managed by systemd, which "
                              "sturdy.workers needs")
 
-    def run(argv, check=True):
-        rc, out, err = module.run_command([tools[argv[0]], *argv[1:]], environ_update=ENV)
-        if check and rc != 0:
-            module.fail_json(msg=f"{' '.join(argv[:3])} ... failed (rc {rc}): {err.strip()[-500:]}")
-        return out
+    def run(argv):
+        return module.run_command([tools[argv[0]], *argv[1:]], environ_update=ENV)
 
-    version = parse_version(run(["systemctl", "--version"]))
-    units = app_units(plan, run(list_units_argv(plan["app"])))
-    show = []
-    if units:
-        show = parse_show(run(["systemctl", "show", "--property=" + ",".join(PROPERTIES), "--", *units]))
-    monotonic_now = time.monotonic()
-    now = time.time()
-    journal = {}
-    if units:
-        # journalctl exits 1 when nothing matches on some versions: an empty journal is an answer, not an error.
-        journal = journal_by_unit(parse_journal(run(journal_argv(units, module.params["journal_since"]), check=False)),
-                                  now)
-    procs = {}
-    for props in show:
-        pid = props.get("MainPID", "0")
-        if props.get("ActiveState") == "active" and pid not in ("", "0"):
-            procs[props.get("Id")] = read_proc(int(pid), default_read, default_readlink)
-    current = current_build_of(plan["current"], plan["releases"], os.path.realpath)
-    result = host_status(plan, show, journal, procs, current, monotonic_now,
-                         module.params["host"] or socket.gethostname())
-    result["queues"] = []
-    if module.params["queues"] and current:
-        release = os.path.realpath(plan["current"])
-        for proc, argv in queue_commands(plan, release, module.params["queue_timeout"]):
-            cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
-                                 proc.get("environment", {}), argv)
-            rc, out, err = module.run_command([tools["systemd-run"], *cmd[1:]], environ_update=ENV)
-            result["queues"] += parse_queue_stats(proc, rc, out, err)
-    module.exit_json(changed=False, systemd_version=version, **result)
+    try:
+        result = collect(plan, module.params["host"] or socket.gethostname(), run, module.params["queues"],
+                         module.params["queue_timeout"], module.params["journal_since"])
+    except CollectError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,39 @@ def task(name: str, key: str) -> dict:
     """Enqueue one task from the web host as a producer would and return the worker's answer."""
     out = host(name).check_output(f"/usr/local/sbin/shop-task {key} {key} 60")
     return json.loads(out.splitlines()[-1])
+
+
+PROMTOOL = SCENARIO_DIR.parent.parent / ".build" / "promtool" / "usr" / "bin" / "promtool"
+
+
+def scrape(name: str) -> str:
+    """node_exporter's /metrics of an app host, fetched over the test network from the broker host, as Prometheus
+    would; only the sturdy_* families (with their HELP and TYPE lines)."""
+    text = host("broker").check_output(
+        "python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
+        f"\"http://{name}:9100/metrics\", timeout=10).read().decode())'")
+    return "\n".join(line for line in text.splitlines()
+                     if line.startswith("sturdy_") or line.startswith(("# HELP sturdy_", "# TYPE sturdy_"))) + "\n"
+
+
+def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of each sample line."""
+    found = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, value = line.rsplit(" ", 1)
+        name, dummy, labels = head.partition("{")
+        pairs = dict(pair.split("=", 1) for pair in labels.rstrip("}").split('",') if pair) if labels else {}
+        found.append((name, {k: v.strip('"') for k, v in pairs.items()}, float(value)))
+    return found
+
+
+def collect_and_scrape(name: str) -> list[tuple[str, dict[str, str], float]]:
+    """Run the app's collector now (the timer's service, a oneshot), scrape node_exporter and check the text with
+    promtool; the samples."""
+    host(name).check_output("systemctl start sturdy-metrics-shop.service")
+    text = scrape(name)
+    check = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True, check=False)
+    assert check.returncode == 0 and not (check.stdout + check.stderr).strip(), check.stdout + check.stderr + text
+    return samples(text)

@@ -9,8 +9,8 @@ import json
 import subprocess
 import time
 
-from conftest import (APPS, EPHEMERAL, WORKER_UNITS, WORKERS, current, deploy, deploy_cmd, host, invocations,
-                      main_cwd, readme_command, recaps, report, run_as_readme, said, task, units_of)
+from conftest import (APPS, EPHEMERAL, WORKER_UNITS, WORKERS, collect_and_scrape, current, deploy, deploy_cmd, host,
+                      invocations, main_cwd, readme_command, recaps, report, run_as_readme, said, task, units_of)
 
 B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 
@@ -214,6 +214,22 @@ def test_readme_status_shows_every_instance_on_its_build_and_no_problem():
     # The queue, read once through the agent: empty, and every worker instance answers for it.
     queue = rep["queues"]["default"]
     assert queue["depth"] == 0 and len(queue["consumers"]) == 4, queue
+    # The same, as metrics: the collector's textfile, served by node_exporter over HTTP, promtool-clean.
+    for name in APPS:
+        got = collect_and_scrape(name)
+        values = {(metric, labels.get("unit") or labels.get("queue") or labels.get("build") or ""): value
+                  for metric, labels, value in got}
+        for unit in units_of(name):
+            assert values[("sturdy_up", unit)] == 1 and values[("sturdy_old_release", unit)] == 0, got
+            assert [labels["build"] for metric, labels, dummy in got
+                    if metric == "sturdy_build_info" and labels["unit"] == unit] == [B2]
+        assert values[("sturdy_current_build_info", B2)] == 1
+        assert ("sturdy_last_deploy_success", "") in values and ("sturdy_metrics_timestamp_seconds", "") in values
+        if name in WORKERS:
+            assert (values[("sturdy_queue_depth", "default")], values[("sturdy_queue_consumers", "default")]) == (0, 4)
+            # Tasks the earlier tests sent were counted by the agent, by build and outcome.
+            assert sum(value for metric, labels, value in got if metric == "sturdy_tasks_total"
+                       and labels["outcome"] == "succeeded") > 0, got
     # The worker's own log lines carry the build it was started as (LogExtraFields=).
     for name in WORKERS:
         lines = host(name).check_output(f"journalctl -o json -n 5 _SYSTEMD_UNIT=shop-worker@1.service STURDY_BUILD_ID={B2}")
@@ -270,6 +286,12 @@ def test_status_tells_a_backlog_nobody_consumes_and_how_long_its_oldest_message_
         assert queue["oldest_age"] >= 3
         assert any(p.startswith("queue default has 3 message(s) waiting, the oldest waiting") and "no worker consumes it"
                    in p for p in rep["problems"]), rep["problems"]
+        # The same in the metrics of a worker host: what the SturdyQueueNoConsumers alert reads.
+        got = {(metric, labels.get("unit") or labels.get("queue")): value for metric, labels, value
+               in collect_and_scrape("worker-bookworm")}
+        assert (got[("sturdy_queue_depth", "default")], got[("sturdy_queue_consumers", "default")]) == (3, 0), got
+        assert got[("sturdy_queue_oldest_age_seconds", "default")] >= 3
+        assert got[("sturdy_up", "shop-worker@1.service")] == 0
     finally:
         for h in workers:
             h.run("systemctl start shop-worker@1.service shop-worker@2.service")

@@ -14,6 +14,8 @@ STURDY_AGENT=celery; then, inside a Celery worker:
 
 - a record of each task while it runs ($STATE_DIRECTORY/sturdy-tasks/<unit>/<pid>.json: id, name, start, the
   unit's invocation), left behind when the worker is killed, so a diagnosis can tell what it was running;
+- a count of finished tasks by build and outcome ($STATE_DIRECTORY/sturdy-counts/<unit>.json: succeeded, failed,
+  retried), read by the metrics collector;
 - a stamp (header sturdy_sent, a UNIX time) on every task message the process publishes, so the age of the
   oldest waiting message can be told.
 
@@ -100,6 +102,40 @@ def prune_task_records(directory: str, now: float, keep: float = TASK_RECORDS_KE
                 os.unlink(path)
         except OSError:
             pass
+
+
+TASK_COUNTS = "sturdy-counts"
+COUNTED = {"task_success": "succeeded", "task_failure": "failed", "task_retry": "retried"}
+
+
+def task_counts_path(environ=None) -> str | None:
+    """Where this unit's processes count finished tasks: $STATE_DIRECTORY/sturdy-counts/<unit>.json."""
+    environ = os.environ if environ is None else environ
+    base = (environ.get("STATE_DIRECTORY") or "").split(":")[0]
+    names = [environ.get(k) for k in ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE")]
+    if not base or not all(names):
+        return None
+    return os.path.join(base, TASK_COUNTS, "{}-{}@{}.service.json".format(*names))
+
+
+def count_task(path: str, build: str, outcome: str) -> None:
+    """Add one to {build: {outcome: n}} in the unit's count file, under a lock: the pool's processes share it.
+    The file outlives restarts, so the metric is a counter that only a removed file resets."""
+    import fcntl  # pylint: disable=import-outside-toplevel
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        try:
+            counts = json.loads(fh.read() or "{}")
+        except ValueError:
+            counts = {}
+        by_outcome = counts.setdefault(build, {})
+        by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
+        fh.seek(0)
+        fh.truncate()
+        json.dump(counts, fh, sort_keys=True)
 
 
 def loaded_build() -> tuple[str | None, str | None]:
@@ -194,6 +230,23 @@ def install_celery_hooks() -> None:
 
     signals.task_prerun.connect(task_started, weak=False)
     signals.task_postrun.connect(task_ended, weak=False)
+
+    def counter(outcome):
+        def count(sender=None, request=None, **_):
+            path = task_counts_path()
+            name = getattr(sender, "name", None) or getattr(request, "task", None)
+            if not path or name == SMOKE_TASK:
+                return
+            if "build" not in _STATE:
+                _STATE["build"] = loaded_build()[1] or "unknown"
+            try:
+                count_task(path, _STATE["build"], outcome)
+            except OSError:
+                pass
+        return count
+
+    for signal_name, outcome in COUNTED.items():
+        getattr(signals, signal_name).connect(counter(outcome), weak=False)
 
     def stamp(headers=None, **_):
         # Celery messages carry no publish time: without one, a queue's age cannot be told.

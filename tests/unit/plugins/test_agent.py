@@ -92,3 +92,14 @@ def test_oldest_waiting_reads_the_stamp_and_the_task(agent):
     unstamped = agent.oldest_waiting(json.dumps({"headers": {"task": "shop.add"}}), 1000.0)
     assert unstamped["oldest_age"] is None and unstamped["oldest_stamped"] is False
     assert agent.oldest_waiting(b"not json", 1.0)["oldest_task"] is None
+
+
+def test_task_counts_add_up_per_build_and_outcome_in_one_file_per_unit(agent, tmp_path):
+    env = {"STATE_DIRECTORY": str(tmp_path / "state"), "STURDY_APP": "shop", "STURDY_PROCESS": "worker",
+           "STURDY_INSTANCE": "1"}
+    path = agent.task_counts_path(env)
+    assert path == str(tmp_path / "state" / "sturdy-counts" / "shop-worker@1.service.json")
+    for build, outcome in [("b1", "succeeded"), ("b1", "succeeded"), ("b1", "failed"), ("b2", "retried")]:
+        agent.count_task(path, build, outcome)
+    assert json.loads(Path(path).read_text()) == {"b1": {"failed": 1, "succeeded": 2}, "b2": {"retried": 1}}
+    assert agent.task_counts_path({"STURDY_APP": "shop"}) is None
