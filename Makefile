@@ -18,7 +18,7 @@ export ANSIBLE_INJECT_FACT_VARS := false
 export NO_COLOR := 1
 export ANSIBLE_NOCOLOR := 1
 
-.PHONY: test lint sanity unit molecule molecule-collections bench demo demo-clean host-packages venv images collection-copy clean
+.PHONY: test lint sanity unit molecule molecule-collections bench demo demo-clean host-packages venv promtool images collection-copy clean
 
 ## test: everything CI runs (lint, sanity, unit tests, every molecule scenario on bookworm and trixie)
 test: lint sanity unit molecule
@@ -35,6 +35,16 @@ $(VENV)/.installed: requirements.txt
 	test -x $(VENV)/bin/python || $(PYTHON313) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
+
+## promtool: promtool for the alert-rule tests, unpacked from Debian's prometheus package (nothing installed or started)
+PROMTOOL_BIN := $(CURDIR)/.build/promtool/usr/bin/promtool
+promtool: $(PROMTOOL_BIN)
+$(PROMTOOL_BIN):
+	# apt-get download fetches the .deb only; a host that never ran apt-get update has no package lists: update, retry.
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && \
+	  { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } && \
+	  rm -rf $(CURDIR)/.build/promtool && dpkg-deb -x prometheus_*.deb $(CURDIR)/.build/promtool
+	$@ --version
 
 ## images: Debian bookworm (systemd 252) and trixie (systemd 257) test hosts, rebuilt when the recipe changes
 images: host-packages
@@ -74,7 +84,7 @@ sanity: $(SANITY_VENV)/.installed collection-copy
 	  for r in roles/*/; do ansible-doc -t role sturdy.workers.$$(basename $$r) >/dev/null; done
 
 ## unit: pytest for plugins and module_utils
-unit: venv collection-copy
+unit: venv promtool collection-copy
 	cd $(COLLECTION) && PYTHONPATH=$(CURDIR)/.build python -m pytest -q tests/unit
 
 ## molecule: every scenario, both platforms, in two lanes side by side (SCENARIOS=x runs only x)
@@ -87,7 +97,7 @@ molecule-collections:
 	mkdir -p $(MOLECULE_COLLECTIONS)/ansible_collections/sturdy
 	ln -sfn $(CURDIR) $(MOLECULE_COLLECTIONS)/ansible_collections/sturdy/workers
 
-molecule: venv images molecule-collections
+molecule: venv images promtool molecule-collections
 	@for s in $(SCENARIOS); do case " $(subst :, ,$(MOLECULE_LANES)) " in *" $$s "*) ;; \
 	  *) echo "molecule/$$s is in no lane: add it to MOLECULE_LANES in the Makefile"; exit 1;; esac; done
 	ANSIBLE_COLLECTIONS_PATH=$(MOLECULE_COLLECTIONS) tools/molecule_lanes.sh \

@@ -107,6 +107,7 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import CollectError, collect
+from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
 
 
@@ -139,7 +140,9 @@ def main():
                          module.params["queue_timeout"], module.params["journal_since"])
     except CollectError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, **result)
+    # The agent's error lines are the app's own: a broker URL in a traceback must not carry its password out.
+    mask = host_masker(plan.get("secrets", {}).get("directives", []), module.run_command)
+    module.exit_json(changed=False, **mask(result))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,13 @@ options:
     description: Journal lines of a failed unit to show.
     type: int
     default: 25
+  secret_directives:
+    description:
+      - The units' secret lines (C(EnvironmentFile=), C(LoadCredential=), C(LoadCredentialEncrypted=)); every value
+        they load is masked in the journal lines and messages this module returns.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -85,6 +92,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.sturdy.workers.plugins.module_utils.rollout import Host, RolloutError, roll
+from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
 
 
@@ -103,6 +111,7 @@ def main():
             "settle": {"type": "float", "default": 5},
             "ready_timeout": {"type": "float", "default": 60},
             "journal_lines": {"type": "int", "default": 25},
+            "secret_directives": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -116,8 +125,10 @@ def main():
     try:
         restarted = roll(host, units, p["settle"], p["ready_timeout"], p["journal_lines"])
     except RolloutError as exc:
-        module.fail_json(msg=exc.msg, failed_unit=exc.failed_unit, journal=exc.journal, restarted=exc.restarted,
-                         changed=True)
+        # The journal lines are the app's own: mask the secret values the units load before they go out.
+        mask = host_masker(p["secret_directives"], module.run_command)
+        module.fail_json(msg=mask(exc.msg), failed_unit=exc.failed_unit, journal=mask(exc.journal),
+                         restarted=exc.restarted, changed=True)
     except RuntimeError as exc:
         module.fail_json(msg=str(exc), changed=True)
     module.exit_json(changed=True, restarted=restarted)

@@ -134,6 +134,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     smoke_queue,
     transient_argv,
 )
+from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 
 
 def main():
@@ -158,6 +159,11 @@ def main():
     p = module.params
     if module.check_mode:
         module.exit_json(changed=False, instances=[], queues=[], msg="check mode: no smoke job sent")
+    # The client's output and the answers are the app's own: mask the secret values the units load before they go out.
+    mask = host_masker(p["properties"], module.run_command)
+    fail_json, exit_json = module.fail_json, module.exit_json
+    module.fail_json = lambda **result: fail_json(**mask(result))
+    module.exit_json = lambda **result: exit_json(**mask(result))
     release = os.path.realpath(p["release"])
     host = socket.gethostname()
     try:

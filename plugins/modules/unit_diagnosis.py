@@ -92,6 +92,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
     parse_journal,
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import diagnosis, last_death, summary
+from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV, parse_show
 
 PROPERTIES = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "ControlGroup", "TimeoutStopUSec",
@@ -175,7 +176,9 @@ def main():
     lines += [f"{host}: no unit {u} here" for u in absent]
     if not diagnoses and not absent:
         lines.append(f"{host}: every instance of {plan['app']} is active and none was restarted by systemd")
-    module.exit_json(changed=False, diagnoses=diagnoses, summary=lines)
+    # Journal lines and tracebacks are the app's own output: mask the secret values it printed.
+    mask = host_masker(plan.get("secrets", {}).get("directives", []), module.run_command)
+    module.exit_json(changed=False, diagnoses=mask(diagnoses), summary=mask(lines))
 
 
 def with_task_states(module, tools, plan, unit, tasks):

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import CollectError, collect  # noqa: E402
 from ansible_collections.sturdy.workers.plugins.module_utils.metrics import (  # noqa: E402
     metrics_text, read_counts, read_json, samples)
+from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker  # noqa: E402
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV  # noqa: E402
 
 
@@ -37,14 +38,16 @@ def main(config_path: str) -> int:
         status = collect(plan, config.get("host", ""), run, queue_timeout=config.get("queue_timeout", 1.0),
                          journal_since="-1h")
     except CollectError as exc:
-        # No file is better than a stale one: the metrics disappear and SturdyMetricsStale says why.
+        # The last file stays as it was: its sturdy_metrics_timestamp_seconds ages and SturdyMetricsStale fires.
         sys.stderr.write(f"sturdy-metrics: {plan['app']}: cannot read the host: {exc}\n")
         return 1
     text = metrics_text(samples(status, plan, read_counts(os.path.join(plan["state_dir"], "sturdy-counts")),
                                 read_json(plan["last_deploy"]), config.get("queue_age_limit", 600), time.time()))
+    # The agent's error lines are the app's own: no secret value goes into the journal.
+    mask = host_masker(plan.get("secrets", {}).get("directives", []), run)
     for queue in status.get("queues", []):
         if queue.get("error"):
-            sys.stderr.write(f"sturdy-metrics: {plan['app']}: queue {queue.get('queue')}: {queue['error']}\n")
+            sys.stderr.write(mask(f"sturdy-metrics: {plan['app']}: queue {queue.get('queue')}: {queue['error']}\n"))
     path = config["textfile"]
     # node_exporter must never read a half-written file: write beside it, then rename.
     tmp = f"{path}.{os.getpid()}.tmp"

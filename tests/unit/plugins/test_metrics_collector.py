@@ -25,7 +25,7 @@ def fixture_host(tmp_path):
     lib = tmp_path / "lib"
     utils = lib / "ansible_collections" / "sturdy" / "workers" / "plugins" / "module_utils"
     utils.mkdir(parents=True)
-    for name in ("adapters", "app_status", "metrics", "systemd_query"):
+    for name in ("adapters", "app_status", "metrics", "secret_mask", "systemd_query"):
         shutil.copy(ROOT / "plugins" / "module_utils" / f"{name}.py", utils)
     shutil.copy(ROOT / "roles" / "observe" / "files" / "sturdy_metrics.py", lib)
     bin_dir = tmp_path / "bin"
