@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import testinfra
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 from testhosts import on_mitogen  # noqa: E402
@@ -23,6 +24,8 @@ REPORT = EPHEMERAL / "deploy-report.json"
 WORKERS = ["worker-bookworm", "worker-trixie"]
 APPS = [*WORKERS, "web-trixie"]
 WORKER_UNITS = ["shop-worker@1.service", "shop-worker@2.service"]
+# The Redis password inside BROKER_URL: the tests look for it where it must never appear.
+SECRET = yaml.safe_load((SCENARIO_DIR / "inventory" / "group_vars" / "all.yml").read_text())["shop_redis_password"]
 
 
 def pytest_itemcollected(item):

@@ -9,8 +9,8 @@ import json
 import subprocess
 import time
 
-from conftest import (APPS, EPHEMERAL, WORKER_UNITS, WORKERS, collect_and_scrape, current, deploy, deploy_cmd, host,
-                      invocations, main_cwd, readme_command, recaps, report, run_as_readme, said, task, units_of)
+from conftest import (APPS, EPHEMERAL, SECRET, WORKER_UNITS, WORKERS, collect_and_scrape, current, deploy, deploy_cmd,
+                      host, invocations, main_cwd, readme_command, recaps, report, run_as_readme, said, task, units_of)
 
 B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 
@@ -78,6 +78,9 @@ def test_failing_migration_stops_before_the_switch():
     assert result.returncode != 0
     text = said(result)
     assert "migration failed on purpose" in text and "exit 1" in text, text[-3000:]
+    # The migration printed the broker URL and, inside another URL, its password: both are masked.
+    assert "migrate: connected to ********" in text and "redis://:********@replica:6379/1" in text, text[-3000:]
+    assert SECRET not in result.stdout + result.stderr
     assert "no host was switched" in text
     assert invocations() == before
     assert all(current(name) == B2 for name in APPS)
@@ -103,7 +106,8 @@ def test_release_that_crashes_on_start_is_rolled_back():
     text = said(result)
     # The first host's first instance: named, with its log, and the others were never touched.
     assert "shop-worker@1.service did not come up on the new code" in text, text[-4000:]
-    assert "broken on purpose" in text
+    assert "broken on purpose (crash-on-start variant), broker ********" in text
+    assert SECRET not in result.stdout + result.stderr
     assert f"Rolled back to {B2}" in text
     rep = report()
     assert rep["result"] == "rolled_back"
@@ -230,6 +234,13 @@ def test_readme_status_shows_every_instance_on_its_build_and_no_problem():
             # Tasks the earlier tests sent were counted by the agent, by build and outcome.
             assert sum(value for metric, labels, value in got if metric == "sturdy_tasks_total"
                        and labels["outcome"] == "succeeded") > 0, got
+    # Every worker answers the agent's health query with its build, release, queues and (none) running tasks.
+    answers = json.loads(host("web-trixie").check_output(
+        "/usr/local/sbin/shop-task --agent health --celery-app shopdemo.celery --timeout 2").splitlines()[-1])
+    assert len(answers) == 4, answers
+    for answer in answers.values():
+        assert (answer["build_id"], answer["release"], answer["queues"], answer["tasks"]) == (
+            B2, f"/srv/shop/releases/{B2}", ["default"], []), answer
     # The worker's own log lines carry the build it was started as (LogExtraFields=).
     for name in WORKERS:
         lines = host(name).check_output(f"journalctl -o json -n 5 _SYSTEMD_UNIT=shop-worker@1.service STURDY_BUILD_ID={B2}")
@@ -310,6 +321,11 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
         while trixie.run(f"grep -qs {task_id} {records}/*.json").rc != 0:
             assert time.monotonic() < deadline, "the agent never recorded the long task as running"
             time.sleep(0.5)
+        # The agent's health query names the task the worker is running.
+        answers = json.loads(web.check_output("/usr/local/sbin/shop-task --agent health --celery-app shopdemo.celery "
+                                              "--timeout 2").splitlines()[-1])
+        running = [t for a in answers.values() if a["unit"] == unit for t in a["tasks"]]
+        assert [(t["id"], t["name"]) for t in running] == [(task_id, "shopdemo.sleep")], answers
         pid = trixie.check_output(f"systemctl show -P MainPID {unit}")
         # The whole worker at once (main process and pool), mid-task, as a kill -9 of its process group does.
         trixie.check_output(f"python3 -c 'import os, signal; os.killpg({pid}, signal.SIGKILL)'")
@@ -328,3 +344,45 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
     finally:
         bookworm.run("systemctl start shop-worker@1.service shop-worker@2.service")
         trixie.run("systemctl start shop-worker@2.service")
+
+
+def test_readme_diagnose_tells_a_crash_at_import_and_a_start_timeout_and_masks_the_secret_printed():
+    bookworm, trixie = host("worker-bookworm"), host("worker-trixie")
+    unit = "shop-worker@2.service"
+    dropin = f"/run/systemd/system/{unit}.d/zz-test.conf"
+    try:
+        # At import: a RuntimeError naming the broker URL (with its password). At start: 30 s to import, 3 s allowed.
+        for h, lines in ((bookworm, r"Environment=SHOP_CRASH_ON_IMPORT=1\n"),
+                         (trixie, r"Environment=SHOP_SLOW_START=30\nTimeoutStartSec=3\n")):
+            h.check_output(f"mkdir -p /run/systemd/system/{unit}.d && printf '[Service]\\n{lines}' > {dropin}"
+                           " && systemctl daemon-reload")
+            h.run(f"systemctl restart {unit}")
+        for h in (bookworm, trixie):
+            deadline = time.monotonic() + 60
+            while h.check_output(f"systemctl show -P ActiveState {unit}") == "active":
+                assert time.monotonic() < deadline, f"{unit} stayed active with the test's drop-in"
+                time.sleep(1)
+        argv = [f"sturdy_diagnose_unit={unit}" if a.startswith("sturdy_diagnose_unit=") else a
+                for a in readme_command("diagnose")]
+        result = run_as_readme(argv)
+        text = said(result)
+        assert result.returncode == 0, text[-3000:]
+        assert f"worker-bookworm {unit}:" in text and "last death: exited with status 1" in text, text[-4000:]
+        assert "after a Python exception: RuntimeError: build" in text
+        assert "broken on purpose (crash-on-start variant), broker ********" in text
+        assert "fix the error the traceback shows" in text
+        assert "it did not become ready within its start timeout (TimeoutStartSec=, no READY=1)" in text
+        assert "a broker it cannot reach, a slow import" in text
+        assert SECRET not in result.stdout + result.stderr
+    finally:
+        for h in (bookworm, trixie):
+            h.run(f"rm -f {dropin} && systemctl daemon-reload && systemctl reset-failed {unit}; systemctl restart {unit}")
+    assert task("web-trixie", "after-diagnose-crash")["build_id"] == B2
+
+
+def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():
+    # Every deploy, status and diagnose of these tests logged here (ANSIBLE_LOG_PATH), the failed migration and the
+    # crashing releases that printed the broker URL included.
+    log = (EPHEMERAL / "ansible.log").read_text(errors="replace")
+    assert "********" in log
+    assert SECRET not in log

@@ -19,8 +19,10 @@ STURDY_AGENT=celery; then, inside a Celery worker:
 - a stamp (header sturdy_sent, a UNIX time) on every task message the process publishes, so the age of the
   oldest waiting message can be told.
 
+- a remote-control query `sturdy_health` every worker answers with its build, release, queues and running tasks.
+
 `python -m sturdy_agent smoke ...` is the producer side of the smoke test, `python -m sturdy_agent stats ...` reads
-the queues (depth, oldest message, consumers); see main(). Standard library only, except the Celery
+the queues (depth, oldest message, consumers), `python -m sturdy_agent health ...` asks every worker; see main(). Standard library only, except the Celery
 hooks, which import Celery from the worker's own venv.
 """
 
@@ -177,6 +179,35 @@ def answer(token: str, conf, consumed: list[str]) -> dict:
     }
 
 
+def health(queues: list[str], tasks: list[dict]) -> dict:
+    """The answer to the sturdy_health remote-control query: what this worker runs and is doing."""
+    release, build_id = loaded_build()
+    return {
+        "build_id": build_id,
+        "release": release,
+        "host": socket.gethostname(),
+        "unit": "{}-{}@{}.service".format(*(os.environ.get(k, "?") for k in
+                                            ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE"))),
+        "pid": _STATE.get("main_pid", os.getpid()),
+        "queues": sorted(q for q in queues if not q.startswith("sturdy.smoke.")),
+        "tasks": tasks,
+    }
+
+
+def register_health() -> None:
+    """The sturdy_health remote-control query, registered in the worker once it is set up (not at interpreter
+    start: a pool that patches the standard library must come first)."""
+    from celery.worker import state as worker_state  # pylint: disable=import-outside-toplevel
+    from celery.worker.control import inspect_command  # pylint: disable=import-outside-toplevel
+
+    @inspect_command(name="sturdy_health")
+    def sturdy_health(state, **_):
+        consumer = getattr(state.consumer, "task_consumer", None)
+        queues = [q.name for q in consumer.queues] if consumer else []
+        tasks = [{"id": r.id, "name": r.name, "started": r.time_start} for r in list(worker_state.active_requests)]
+        return health(queues, tasks)
+
+
 def install_celery_hooks() -> None:
     """Connect to Celery's worker signals (called at interpreter start when STURDY_AGENT=celery)."""
     from celery import signals  # pylint: disable=import-outside-toplevel
@@ -196,6 +227,7 @@ def install_celery_hooks() -> None:
             return answer(token, task.app.conf, list(task.app.amqp.queues.consume_from or task.app.amqp.queues))
 
         _STATE["smoke"] = smoke
+        register_health()
 
     def ready(sender=None, **_):
         notify(f"READY=1\nSTATUS=consuming ({_STATE.get('node')})")
@@ -395,12 +427,19 @@ def main(argv=None) -> int:
     stats_cmd.add_argument("--celery-app", required=True)
     stats_cmd.add_argument("--timeout", type=float, default=1.0, help="how long workers have to answer the ping")
     stats_cmd.add_argument("queues", nargs="+")
+    health_cmd = sub.add_parser("health", help="ask every worker for its build, release, queues and running tasks")
+    health_cmd.add_argument("--celery-app", required=True)
+    health_cmd.add_argument("--timeout", type=float, default=1.0, help="how long workers have to answer")
     tasks_cmd = sub.add_parser("tasks", help="print each task's state and whether the broker holds it unacknowledged")
     tasks_cmd.add_argument("--celery-app", required=True)
     tasks_cmd.add_argument("ids", nargs="+")
     args = parser.parse_args(argv)
     if args.command == "tasks":
         print(json.dumps(task_states(args.celery_app, args.ids), sort_keys=True))
+        return 0
+    if args.command == "health":
+        replies = _celery_app(args.celery_app).control.broadcast("sturdy_health", reply=True, timeout=args.timeout)
+        print(json.dumps({node: answer for reply in replies or [] for node, answer in reply.items()}, sort_keys=True))
         return 0
     if args.command == "queue":
         print(own_smoke_queue() or "")

@@ -103,3 +103,12 @@ def test_task_counts_add_up_per_build_and_outcome_in_one_file_per_unit(agent, tm
         agent.count_task(path, build, outcome)
     assert json.loads(Path(path).read_text()) == {"b1": {"failed": 1, "succeeded": 2}, "b2": {"retried": 1}}
     assert agent.task_counts_path({"STURDY_APP": "shop"}) is None
+
+
+def test_health_answers_with_the_loaded_build_its_queues_without_smoke_and_its_tasks(agent, monkeypatch):
+    for key, value in {"STURDY_APP": "shop", "STURDY_PROCESS": "worker", "STURDY_INSTANCE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    got = agent.health(["default", "sturdy.smoke.shop-worker@2.h"], [{"id": "t1", "name": "shop.x", "started": 1.0}])
+    assert got["build_id"] == "b7" and got["release"].endswith("/releases/b7")
+    assert got["unit"] == "shop-worker@2.service" and got["queues"] == ["default"]
+    assert got["tasks"] == [{"id": "t1", "name": "shop.x", "started": 1.0}]
