@@ -111,7 +111,8 @@ def main():
             "settle": {"type": "float", "default": 5},
             "ready_timeout": {"type": "float", "default": 60},
             "journal_lines": {"type": "int", "default": 25},
-            "secret_directives": {"type": "list", "elements": "str", "default": []},
+            # The unit lines that load the secrets (paths), not the secrets.
+            "secret_directives": {"type": "list", "elements": "str", "default": [], "no_log": False},
         },
         supports_check_mode=True,
     )

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Copyright: (c) 2026, sturdy.workers contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """sturdy.workers metrics collector: one app on this host, as node_exporter textfile metrics.
