@@ -240,6 +240,48 @@ def host_status(plan: dict, show: list[dict], journal: dict[str, dict], procs: d
     return {"host": host, "app": plan["app"], "current": current_build, "processes": processes, "problems": problems}
 
 
+# Transient units (systemd-run: status's own queue reads, the migration) run from a release for a moment.
+_TRANSIENT = re.compile(r"^run-[^/]*[.](service|scope)$")
+
+
+def stray_processes(plan: dict, pids: list[int], read: Callable[[str], str | None],
+                    readlink: Callable[[str], str | None]) -> list[dict]:
+    """Processes running from one of the app's releases outside its units (started by hand, left behind by an old
+    deploy tool): systemd neither restarts nor stops them, and a deploy does not replace their code."""
+    found = []
+    for pid in pids:
+        build = release_of(readlink(f"/proc/{pid}/cwd") or "", plan["releases"])
+        if not build:
+            continue
+        lines = (read(f"/proc/{pid}/cgroup") or "").strip().splitlines()
+        unit = lines[-1].rsplit("/", 1)[-1] if lines else ""
+        if re.match(plan["instance_pattern"], unit) or _TRANSIENT.match(unit):
+            continue
+        command = " ".join((read(f"/proc/{pid}/cmdline") or "").split("\0")).strip()
+        found.append({"pid": pid, "build": build, "command": command[:200], "cgroup": unit})
+    return found
+
+
+def stray_problems(host: str, strays: list[dict], current: str | None) -> list[str]:
+    """One problem per build the stray processes run, with their PIDs and the next step."""
+    by_build: dict[str, list[dict]] = {}
+    for proc in strays:
+        by_build.setdefault(proc["build"], []).append(proc)
+    problems = []
+    for build, procs in sorted(by_build.items()):
+        old = f"the old build {build}" if build != current else f"build {build}"
+        pids = ", ".join(str(p["pid"]) for p in procs)
+        problems.append(f"{host}: {len(procs)} process(es) run {old} from its release outside the app's units (pids "
+                        f"{pids}: {procs[0]['command'][:80]}): systemd does not manage them and a deploy does not "
+                        f"replace their code. Next: stop them (kill {procs[0]['pid']}, or how they were started); the "
+                        "units run what was deployed")
+    return problems
+
+
+def list_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
 def read_proc(pid: int, read: Callable[[str], str | None], readlink: Callable[[str], str | None]) -> dict:
     return {"cwd": readlink(f"/proc/{pid}/cwd"), "environ": read(f"/proc/{pid}/environ")}
 
@@ -339,7 +381,8 @@ class CollectError(Exception):
 def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, str]], queues: bool = True,
             queue_timeout: float = 1.0, journal_since: str = "-7d", realpath: Callable[[str], str] = os.path.realpath,
             read: Callable[[str], str | None] = default_read,
-            readlink: Callable[[str], str | None] = default_readlink) -> dict:
+            readlink: Callable[[str], str | None] = default_readlink,
+            pids: Callable[[], list[int]] = list_pids) -> dict:
     """Everything app_status and the metrics collector report for one host. `run(argv)` runs systemctl, journalctl
     or systemd-run (argv[0]) and returns (rc, stdout, stderr)."""
     def checked(argv):
@@ -361,6 +404,8 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
             procs[props.get("Id")] = read_proc(int(pid), read, readlink)
     current = current_build_of(plan["current"], plan["releases"], realpath)
     result = host_status(plan, show, journal, procs, current, monotonic_now, host)
+    result["strays"] = stray_processes(plan, pids(), read, readlink)
+    result["problems"] += stray_problems(host, result["strays"], current)
     result["systemd_version"] = version
     result["queues"] = []
     if queues and current:

@@ -259,6 +259,10 @@ def test_status_names_a_sigkill_a_stopped_instance_and_a_host_left_on_an_old_rel
         trixie.check_output("systemctl stop shop-worker@2.service")
         # current switched by hand, nothing restarted: the processes still run build 2.
         bookworm.check_output(f"ln -sfn releases/{B5} /srv/shop/current.tmp && mv -T /srv/shop/current.tmp /srv/shop/current")
+        # A process started by hand from an old release, outside any unit.
+        trixie.check_output(f"cd /srv/shop/releases/{B5} && nohup venv/bin/python -c 'import time; time.sleep(300)' "
+                            ">/dev/null 2>&1 &")
+        stray = trixie.check_output("pgrep -f 'time.sleep.300.'")
         result, rep = status("--check", "-e", "sturdy_status_fail_on_problem=true")
         text = said(result)
         assert result.returncode != 0
@@ -273,12 +277,15 @@ def test_status_names_a_sigkill_a_stopped_instance_and_a_host_left_on_an_old_rel
         assert f"worker-bookworm shop-worker@1.service runs build {B2} but current is {B5}" in problems
         assert f"hosts point current at different builds: {B2} on web-trixie, worker-trixie; {B5} on worker-bookworm" \
             in problems
+        assert f"worker-trixie: 1 process(es) run the old build {B5} from its release outside the app's units (pids " \
+            f"{stray}: " in problems
         assert all(r["changed"] == 0 for r in recaps(result).values()) and recaps(result)
         # Nothing of the above was changed by the status itself.
         assert trixie.check_output("systemctl is-active shop-worker@2.service || true") == "inactive"
     finally:
         bookworm.check_output(f"ln -sfn releases/{B2} /srv/shop/current.tmp && mv -T /srv/shop/current.tmp /srv/shop/current")
         trixie.run("systemctl start shop-worker@2.service")
+        trixie.run("pkill -f 'time.sleep.300.'")
 
 
 def test_status_tells_a_backlog_nobody_consumes_and_how_long_its_oldest_message_waited():

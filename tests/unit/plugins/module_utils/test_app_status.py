@@ -160,3 +160,25 @@ def test_queue_stats_that_cannot_be_read_say_why_per_queue():
     assert parse_queue_stats(PLAN["processes"][0], 0, 'log line\n[{"queue": "default", "depth": 2}]\n', "") == [
         {"queue": "default", "depth": 2}]
     assert "check the broker" in queue_problems(got, 600)[0]
+
+
+def test_processes_from_a_release_outside_the_units_are_named_with_their_build_and_pids():
+    from ansible_collections.sturdy.workers.plugins.module_utils.app_status import stray_problems, stray_processes
+    procs = {
+        # A worker's main process and its pool child, in the unit's cgroup: the unit's own.
+        10: ("/srv/shop/releases/b2", "0::/system.slice/system-shop\\x2dworker.slice/shop-worker@1.service\n"),
+        11: ("/srv/shop/releases/b2", "0::/system.slice/system-shop\\x2dworker.slice/shop-worker@1.service\n"),
+        # status's own queue read, a transient unit.
+        12: ("/srv/shop/releases/b2", "0::/system.slice/run-u42.service\n"),
+        # Started by hand from an old release, in someone's session.
+        13: ("/srv/shop/releases/b1", "0::/user.slice/user-0.slice/session-3.scope\n"),
+        14: ("/home/ops", "0::/user.slice/user-0.slice/session-3.scope\n"),
+    }
+    read = {f"/proc/{pid}/cgroup": cg for pid, (dummy, cg) in procs.items()}
+    read["/proc/13/cmdline"] = "python\0-m\0celery\0worker\0"
+    strays = stray_processes(PLAN, list(procs), read.get, {f"/proc/{p}/cwd": cwd for p, (cwd, dummy) in procs.items()}.get)
+    assert strays == [{"pid": 13, "build": "b1", "command": "python -m celery worker", "cgroup": "session-3.scope"}]
+    problem, = stray_problems("h1", strays, "b2")
+    assert problem.startswith("h1: 1 process(es) run the old build b1 from its release outside the app's units (pids "
+                              "13: python -m celery worker)")
+    assert "Next: stop them (kill 13" in problem
