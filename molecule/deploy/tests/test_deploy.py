@@ -262,7 +262,7 @@ def test_status_names_a_sigkill_a_stopped_instance_and_a_host_left_on_an_old_rel
         # A process started by hand from an old release, outside any unit.
         trixie.check_output(f"cd /srv/shop/releases/{B5} && nohup venv/bin/python -c 'import time; time.sleep(300)' "
                             ">/dev/null 2>&1 &")
-        stray = trixie.check_output("pgrep -f 'time.sleep.300.'")
+        stray = trixie.check_output("pgrep -f '^venv/bin/python -c import time'")
         result, rep = status("--check", "-e", "sturdy_status_fail_on_problem=true")
         text = said(result)
         assert result.returncode != 0
@@ -285,7 +285,7 @@ def test_status_names_a_sigkill_a_stopped_instance_and_a_host_left_on_an_old_rel
     finally:
         bookworm.check_output(f"ln -sfn releases/{B2} /srv/shop/current.tmp && mv -T /srv/shop/current.tmp /srv/shop/current")
         trixie.run("systemctl start shop-worker@2.service")
-        trixie.run("pkill -f 'time.sleep.300.'")
+        trixie.run("pkill -f '^venv/bin/python -c import time'")
 
 
 def test_status_tells_a_backlog_nobody_consumes_and_how_long_its_oldest_message_waited():
