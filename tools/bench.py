@@ -9,6 +9,8 @@ converge playbook:
   no-pipe     no-change again with SSH-style pipelining off (each module: put file + run + clean up)
   mitogen     no-change and one-change again on Mitogen's podman transport (mitogen_linear), as the release and
               deploy scenarios run
+  status      ansible-playbook sturdy.workers.status against a bare `systemctl show` of the same units over the same
+              hosts (the issue's bound: status within 2x of it)
 
 Not a test: nothing here asserts on time.
 """
@@ -47,6 +49,25 @@ def converge(env: dict, extra: dict | None = None) -> float:
     return time.monotonic() - began
 
 
+BARE_SHOW = """
+- name: A bare systemctl show of the app's units on every host
+  hosts: all
+  gather_facts: false
+  become: true
+  tasks:
+    - name: Show them
+      ansible.builtin.command: systemctl show --property=Id,ActiveState,NRestarts,MainPID -- {app}-*@*.service
+      changed_when: false
+"""
+
+
+def playbook(env: dict, path: str, extra_file: str) -> float:
+    began = time.monotonic()
+    subprocess.run(["ansible-playbook", "-i", env["INVENTORY"], "-e", f"@{extra_file}", path], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    return time.monotonic() - began
+
+
 def main() -> int:
     molecule("destroy")
     molecule("create")
@@ -63,6 +84,13 @@ def main() -> int:
     one = converge(env, {"sturdy_processes": changed})
     converge(env)
     no_pipe = converge(dict(env, ANSIBLE_PIPELINING="false"))
+    with tempfile.TemporaryDirectory() as tmp:
+        bare, extra = Path(tmp) / "bare.yml", Path(tmp) / "vars.json"
+        bare.write_text(BARE_SHOW.format(app=decl["sturdy_app"]))
+        extra.write_text(json.dumps(decl))
+        playbook(env, str(bare), str(extra))  # warm both caches once
+        show = min(playbook(env, str(bare), str(extra)) for dummy in range(3))
+        status = min(playbook(env, "sturdy.workers.status", str(extra)) for dummy in range(3))
     mitogen = on_mitogen(env)
     same_mitogen = converge(mitogen)
     one_mitogen = converge(mitogen, {"sturdy_processes": changed})
@@ -74,6 +102,7 @@ def main() -> int:
     print(f"no-change, pipelining off  {no_pipe:6.1f} s   {no_pipe / same:.2f} x no-change with pipelining")
     print(f"no-change, Mitogen         {same_mitogen:6.1f} s   {same_mitogen / same:.2f} x no-change stock")
     print(f"one unit changed, Mitogen  {one_mitogen:6.1f} s   {one_mitogen / one:.2f} x one-change stock")
+    print(f"status (best of 3)         {status:6.1f} s   {status / show:.2f} x a bare systemctl show play ({show:.1f} s)")
     return 0
 
 

@@ -203,8 +203,17 @@ def instance(rep: dict, name: str, unit: str) -> dict:
     return next(i for p in rep["hosts"][name]["processes"] for i in p["instances"] if i["unit"] == unit)
 
 
+def snapshot(name: str) -> str:
+    """What a read-only run must leave as it was: the app's files, units, secrets and the units' states."""
+    return host(name).check_output(
+        "find /srv/shop /etc/systemd/system /etc/shop /var/lib/shop -printf '%p %s %m %u %T@\\n' | sort | md5sum; "
+        "systemctl show --property=Id,ActiveState,MainPID,NRestarts,InvocationID 'shop-*' | md5sum")
+
+
 def test_readme_status_shows_every_instance_on_its_build_and_no_problem():
+    before = {name: snapshot(name) for name in APPS}
     result, rep = status()
+    assert {name: snapshot(name) for name in APPS} == before
     assert result.returncode == 0, said(result)[-3000:]
     assert rep["problems"] == [], rep["problems"]
     assert rep["builds"] == {B2: sorted(APPS)}
