@@ -74,14 +74,20 @@ def _table(header: tuple, rows: list[tuple]) -> list[str]:
 
 
 def _queue_rows(queues: dict) -> list[str]:
+    # The dead-letter column shows once a queue reports one (dead_letter_depth from the agent's stats).
+    dead = any(q.get("dead_letter_depth") is not None for q in queues.values())
     rows = []
     for name, q in sorted(queues.items()):
         oldest = duration_words(q.get("oldest_age")) if q.get("oldest_age") is not None else (
             "not stamped" if q.get("oldest_stamped") is False else "-")
         consumers = "?" if q.get("consumers_error") or q.get("error") else str(len(q.get("consumers") or []))
         depth = "?" if q.get("error") else str(q.get("depth", 0))
-        rows.append((name, depth, oldest, consumers, q.get("host", "")))
-    return _table(("QUEUE", "DEPTH", "OLDEST", "CONSUMERS", "READ ON"), rows)
+        row = (name, depth, oldest, consumers)
+        if dead:
+            row += ("-" if q.get("dead_letter_depth") is None else str(q["dead_letter_depth"]),)
+        rows.append((*row, q.get("host", "")))
+    header = ("QUEUE", "DEPTH", "OLDEST", "CONSUMERS") + (("DEAD LETTERS",) if dead else ()) + ("READ ON",)
+    return _table(header, rows)
 
 
 def status_report(results: dict, app: str, now: float, queue_age_limit: float = 600) -> dict:

@@ -57,3 +57,15 @@ def test_an_old_message_with_consumers_is_a_problem_past_the_limit():
     rep = status_report({"w1": {**host("b2"), "queues": [slow]}}, "shop", 0.0, queue_age_limit=600)
     assert "the oldest message has waited 15min (more than 10min) with 40 waiting and 1 consumer(s)" in rep["problems"][0]
     assert status_report({"w1": {**host("b2"), "queues": [slow]}}, "shop", 0.0, queue_age_limit=1000)["problems"] == []
+
+
+def test_the_dead_letter_column_shows_only_once_a_queue_reports_one():
+    plain = {"queue": "default", "depth": 0, "consumers": ["celery@w1"]}
+    rep = status_report({"w1": {**host("b2"), "queues": [plain]}}, "shop", 0.0)
+    assert not any("DEAD" in line for line in rep["summary"])
+    rep = status_report({"w1": {**host("b2"), "queues": [{**plain, "dead_letter_depth": 7},
+                                                          {**plain, "queue": "mail"}]}}, "shop", 0.0)
+    assert any(line.split() == ["QUEUE", "DEPTH", "OLDEST", "CONSUMERS", "DEAD", "LETTERS", "READ", "ON"]
+               for line in rep["summary"])
+    assert any(line.split() == ["default", "0", "-", "1", "7", "w1"] for line in rep["summary"])
+    assert any(line.split() == ["mail", "0", "-", "1", "-", "w1"] for line in rep["summary"])

@@ -28,7 +28,7 @@ STATUS = {
                                          instance("shop-worker@2.service", build="b1", old=True)]},
         {"name": "web", "instances": [instance("shop-web@1.service", state="failed")]},
     ],
-    "queues": [{"queue": "default", "depth": 3, "oldest_age": 42.5, "consumers": []},
+    "queues": [{"queue": "default", "depth": 3, "oldest_age": 42.5, "consumers": [], "dead_letter_depth": 2},
                {"queue": "mail", "depth": 0, "oldest_age": None, "consumers": ["w1@h", "w2@h"]},
                {"queue": "gone", "error": "the agent could not read it (rc 1): ConnectionRefusedError"}],
 }
@@ -61,6 +61,8 @@ def test_every_instance_queue_and_count_becomes_a_sample():
     assert {labels["queue"]: value for labels, value in got["sturdy_queue_read_ok"]} == {
         "default": True, "mail": True, "gone": False}
     assert {labels["queue"]: value for labels, value in got["sturdy_queue_consumers"]} == {"default": 0, "mail": 2}
+    # The dead-letter slot: only where the agent reports one.
+    assert got["sturdy_queue_dead_letter_depth"] == [({"app": "shop", "queue": "default"}, 2)]
     tasks = {(labels["build"], labels["outcome"]): value for labels, value in got["sturdy_tasks_total"]}
     assert tasks[("b2", "succeeded")] == 8 and tasks[("b2", "failed")] == 1 and tasks[("b1", "retried")] == 1
     assert all(labels["process"] == "worker" for labels, dummy in got["sturdy_tasks_total"])
