@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import signal
 import time
@@ -244,21 +245,35 @@ def host_status(plan: dict, show: list[dict], journal: dict[str, dict], procs: d
 _TRANSIENT = re.compile(r"^run-[^/]*[.](service|scope)$")
 
 
+def _release_build(arg: str, cwd: str | None, plan: dict, realpath: Callable[[str], str]) -> str | None:
+    """The build whose release a command-line path (absolute, or relative to cwd) points into, through current."""
+    if "/" not in arg:
+        return None
+    path = posixpath.normpath(arg if arg.startswith("/") else posixpath.join(cwd or "/", arg))
+    current = plan["current"]
+    if path == current or path.startswith(current + "/"):
+        path = realpath(current) + path[len(current):]
+    return release_of(path, plan["releases"])
+
+
 def stray_processes(plan: dict, pids: list[int], read: Callable[[str], str | None],
-                    readlink: Callable[[str], str | None]) -> list[dict]:
-    """Processes running from one of the app's releases outside its units (started by hand, left behind by an old
-    deploy tool): systemd neither restarts nor stops them, and a deploy does not replace their code."""
+                    readlink: Callable[[str], str | None], realpath: Callable[[str], str] = os.path.realpath,
+                    ) -> list[dict]:
+    """Processes running a release's program outside the app's units (started by hand, left behind by an old deploy
+    tool): systemd neither restarts nor stops them, and a deploy does not replace their code. A process counts when
+    its program or script (argv[0] or argv[1]) is in a release; a shell that only sits in one does not."""
     found = []
     for pid in pids:
-        build = release_of(readlink(f"/proc/{pid}/cwd") or "", plan["releases"])
+        argv = (read(f"/proc/{pid}/cmdline") or "").split("\0")
+        cwd = readlink(f"/proc/{pid}/cwd")
+        build = next((b for b in (_release_build(a, cwd, plan, realpath) for a in argv[:2]) if b), None)
         if not build:
             continue
         lines = (read(f"/proc/{pid}/cgroup") or "").strip().splitlines()
         unit = lines[-1].rsplit("/", 1)[-1] if lines else ""
         if re.match(plan["instance_pattern"], unit) or _TRANSIENT.match(unit):
             continue
-        command = " ".join((read(f"/proc/{pid}/cmdline") or "").split("\0")).strip()
-        found.append({"pid": pid, "build": build, "command": command[:200], "cgroup": unit})
+        found.append({"pid": pid, "build": build, "command": " ".join(argv).strip()[:200], "cgroup": unit})
     return found
 
 
@@ -315,15 +330,19 @@ def default_read(path: str) -> str | None:
 
 
 def queue_commands(plan: dict, release: str, timeout: float) -> list[tuple[dict, list[str]]]:
-    """The agent's stats command for each queue set of the app's Celery process types (one run per set)."""
+    """The agent's stats command for the app's Celery process types, each queue read once (two process types may
+    share one: a queue twice would be two identical metric series, which node_exporter refuses)."""
     found, seen = [], set()
     for proc in plan.get("processes", []):
-        queues = tuple(proc.get("queues") or [])
-        if proc.get("adapter") != "celery" or not queues or not proc.get("celery_app") or queues in seen:
+        if proc.get("adapter") != "celery" or not proc.get("celery_app"):
             continue
-        seen.add(queues)
-        found.append((proc, [f"{release}/venv/bin/python", "-m", "sturdy_agent", "stats", "--celery-app",
-                             proc["celery_app"], "--timeout", f"{timeout:g}", *queues]))
+        queues = [q for q in dict.fromkeys(proc.get("queues") or []) if q not in seen]
+        if not queues:
+            continue
+        seen.update(queues)
+        found.append(({**proc, "queues": queues}, [f"{release}/venv/bin/python", "-m", "sturdy_agent", "stats",
+                                                   "--celery-app", proc["celery_app"], "--timeout", f"{timeout:g}",
+                                                   *queues]))
     return found
 
 
@@ -404,7 +423,7 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
             procs[props.get("Id")] = read_proc(int(pid), read, readlink)
     current = current_build_of(plan["current"], plan["releases"], realpath)
     result = host_status(plan, show, journal, procs, current, monotonic_now, host)
-    result["strays"] = stray_processes(plan, pids(), read, readlink)
+    result["strays"] = stray_processes(plan, pids(), read, readlink, realpath)
     result["problems"] += stray_problems(host, result["strays"], current)
     result["systemd_version"] = version
     result["queues"] = []

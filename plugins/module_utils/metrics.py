@@ -9,7 +9,6 @@ with the collection (roles/observe/files/sturdy_workers.rules.yml) read these na
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import json
 import os
@@ -59,8 +58,8 @@ def read_counts(directory: str) -> dict[str, dict]:
     found = {}
     for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
         try:
+            # The agent replaces the file whole: no lock needed to read it.
             with open(path, encoding="utf-8") as fh:
-                fcntl.flock(fh, fcntl.LOCK_SH)
                 counts = json.load(fh)
         except (OSError, ValueError):
             continue
@@ -108,16 +107,14 @@ def samples(status: dict, plan: dict, counts: dict[str, dict], last_deploy: dict
         if age is not None:
             out.append(("sturdy_queue_oldest_age_seconds", labels, float(age)))
     out.append(("sturdy_queue_age_limit_seconds", {"app": app}, float(age_limit)))
+    # Per unit: a sum over units would drop when one unit's file is reset, which Prometheus reads as a reset of all.
     patterns = [(proc["name"], re.compile(proc["unit_pattern"])) for proc in plan.get("processes", [])]
-    totals: dict[tuple[str, str, str], int] = {}
-    for unit, by_build in counts.items():
+    for unit, by_build in sorted(counts.items()):
         name = next((n for n, pattern in patterns if pattern.match(unit)), unit)
-        for build, outcomes in by_build.items():
+        for build, outcomes in sorted(by_build.items()):
             for outcome in OUTCOMES:
-                key = (name, build, outcome)
-                totals[key] = totals.get(key, 0) + int((outcomes or {}).get(outcome, 0))
-    for (name, build, outcome), value in sorted(totals.items()):
-        out.append(("sturdy_tasks_total", {"app": app, "process": name, "build": build, "outcome": outcome}, value))
+                out.append(("sturdy_tasks_total", {"app": app, "process": name, "unit": unit, "build": build,
+                                                   "outcome": outcome}, int((outcomes or {}).get(outcome, 0))))
     if last_deploy.get("finished"):
         out.append(("sturdy_last_deploy_timestamp_seconds", {"app": app}, float(last_deploy["finished"])))
         out.append(("sturdy_last_deploy_success", {"app": app}, last_deploy.get("result") == "success"))

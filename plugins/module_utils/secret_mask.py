@@ -9,9 +9,10 @@ LoadCredential=, LoadCredentialEncrypted=), so no value travels back to the cont
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Callable
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 MASK = "********"
 # Shorter values would mask ordinary words and digits: a secret that short is not one.
@@ -51,19 +52,23 @@ def values_of(directives: list[str], read: Callable[[str], str | None],
 
 
 def secrets_to_mask(values) -> list[str]:
-    """The values, each URL's password on its own (an app may print a URL it built from it) and its decoded form;
-    longest first, so a value containing another is masked whole."""
-    found = set()
+    """The values, each URL's password on its own (an app may print a URL it built from it) and its decoded form,
+    and each of those as a URL or a JSON string carries it (percent-encoded, escaped); longest first, so a value
+    containing another is masked whole."""
+    plain = set()
     for value in values:
         value = "" if value is None else str(value)
         for line in [value, *value.splitlines()]:
-            found.add(line.strip())
+            plain.add(line.strip())
         try:
             password = urlsplit(value.strip()).password
         except ValueError:
             password = None
         if password:
-            found.update({password, unquote(password)})
+            plain.update({password, unquote(password)})
+    found = set(plain)
+    for value in plain:
+        found.update({quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1]})
     return sorted((v for v in found if len(v) >= MIN_LENGTH), key=len, reverse=True)
 
 

@@ -38,7 +38,8 @@ def main(config_path: str) -> int:
                          journal_since="-1h")
     except CollectError as exc:
         # The last file stays as it was: its sturdy_metrics_timestamp_seconds ages and SturdyMetricsStale fires.
-        sys.stderr.write(f"sturdy-metrics: {plan['app']}: cannot read the host: {exc}\n")
+        sys.stderr.write(f"sturdy-metrics: {plan['app']}: cannot read the host: {exc}. The metrics keep their last "
+                         "values and SturdyMetricsStale fires. Next: is systemd answering (systemctl status)?\n")
         return 1
     text = metrics_text(samples(status, plan, read_counts(os.path.join(plan["state_dir"], "sturdy-counts")),
                                 read_json(plan["last_deploy"]), config.get("queue_age_limit", 600), time.time()))
@@ -46,7 +47,8 @@ def main(config_path: str) -> int:
     mask = host_masker(plan.get("secrets", {}).get("directives", []), run)
     for queue in status.get("queues", []):
         if queue.get("error"):
-            sys.stderr.write(mask(f"sturdy-metrics: {plan['app']}: queue {queue.get('queue')}: {queue['error']}\n"))
+            sys.stderr.write(mask(f"sturdy-metrics: {plan['app']}: queue {queue.get('queue')}: {queue['error']}. "
+                                  "Next: check the broker and BROKER_URL in the app's secrets\n"))
     path = config["textfile"]
     # node_exporter must never read a half-written file: write beside it, then rename.
     tmp = f"{path}.{os.getpid()}.tmp"

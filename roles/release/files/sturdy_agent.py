@@ -120,24 +120,35 @@ def task_counts_path(environ=None) -> str | None:
     return os.path.join(base, TASK_COUNTS, "{}-{}@{}.service.json".format(*names))
 
 
-def count_task(path: str, build: str, outcome: str) -> None:
-    """Add one to {build: {outcome: n}} in the unit's count file, under a lock: the pool's processes share it.
-    The file outlives restarts, so the metric is a counter that only a removed file resets."""
+def count_task(path: str, build: str, outcome: str, keep=None) -> None:
+    """Add one to {build: {outcome: n}} in the unit's count file. The pool's processes share it: a lock file orders
+    them, and the file is replaced whole (a reader, or a process killed mid-write, never sees half of it). Builds
+    for which `keep(build)` is false (their release was pruned) are dropped. The file outlives restarts, so the
+    metric is a counter per unit."""
     import fcntl  # pylint: disable=import-outside-toplevel
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        fh.seek(0)
+    with open(f"{path}.lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            counts = json.loads(fh.read() or "{}")
-        except ValueError:
+            with open(path, encoding="utf-8") as fh:
+                counts = json.load(fh)
+        except FileNotFoundError:
             counts = {}
+        except (OSError, ValueError):
+            # Kept aside for a look, not silently zeroed in place.
+            os.replace(path, f"{path}.bad")
+            counts = {}
+        if not isinstance(counts, dict):
+            counts = {}
+        if keep is not None:
+            counts = {b: c for b, c in counts.items() if b == build or keep(b)}
         by_outcome = counts.setdefault(build, {})
         by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
-        fh.seek(0)
-        fh.truncate()
-        json.dump(counts, fh, sort_keys=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(counts, fh, sort_keys=True)
+        os.replace(tmp, path)
 
 
 def loaded_build() -> tuple[str | None, str | None]:
@@ -270,9 +281,13 @@ def install_celery_hooks() -> None:
             if not path or name == SMOKE_TASK:
                 return
             if "build" not in _STATE:
-                _STATE["build"] = loaded_build()[1] or "unknown"
+                release, _STATE["build"] = loaded_build()
+                _STATE["build"] = _STATE["build"] or "unknown"
+                _STATE["releases"] = os.path.dirname(release) if release else None
+            releases = _STATE["releases"]
             try:
-                count_task(path, _STATE["build"], outcome)
+                count_task(path, _STATE["build"], outcome,
+                           (lambda b: os.path.isdir(os.path.join(releases, b))) if releases else None)
             except OSError:
                 pass
         return count

@@ -103,6 +103,13 @@ def test_task_counts_add_up_per_build_and_outcome_in_one_file_per_unit(agent, tm
         agent.count_task(path, build, outcome)
     assert json.loads(Path(path).read_text()) == {"b1": {"failed": 1, "succeeded": 2}, "b2": {"retried": 1}}
     assert agent.task_counts_path({"STURDY_APP": "shop"}) is None
+    # A pruned release's build goes; a broken file is set aside, not counted on from garbage.
+    agent.count_task(path, "b3", "succeeded", keep=lambda build: build == "b2")
+    assert json.loads(Path(path).read_text()) == {"b2": {"retried": 1}, "b3": {"succeeded": 1}}
+    Path(path).write_text("{half")
+    agent.count_task(path, "b3", "failed")
+    assert json.loads(Path(path).read_text()) == {"b3": {"failed": 1}}
+    assert Path(f"{path}.bad").read_text() == "{half"
 
 
 def test_health_answers_with_the_loaded_build_its_queues_without_smoke_and_its_tasks(agent, monkeypatch):

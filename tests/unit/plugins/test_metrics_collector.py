@@ -69,7 +69,8 @@ def test_the_collector_writes_the_textfile_from_the_host(host):
     assert 'sturdy_queue_depth{app="shop",queue="default"} 2' in lines
     assert 'sturdy_queue_oldest_age_seconds{app="shop",queue="default"} 30.0' in lines
     assert 'sturdy_queue_age_limit_seconds{app="shop"} 60.0' in lines
-    assert 'sturdy_tasks_total{app="shop",process="worker",build="b2",outcome="succeeded"} 7' in lines
+    assert ('sturdy_tasks_total{app="shop",process="worker",unit="shop-worker@1.service",build="b2",'
+            'outcome="succeeded"} 7') in lines
     assert 'sturdy_last_deploy_success{app="shop"} 1' in lines
     assert not list(host["textfile"].parent.glob("*.tmp"))
 

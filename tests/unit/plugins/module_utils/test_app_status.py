@@ -153,6 +153,18 @@ def test_queue_commands_run_the_agent_once_per_queue_set_of_celery_processes():
                                                 "--celery-app", "shop.celery", "--timeout", "1", "default"])]
 
 
+def test_a_queue_two_process_types_consume_is_read_once():
+    shared = plan("shop", processes=[
+        {"name": "worker", "command": ["bin/w"], "adapter": "celery", "celery_app": "shop.celery",
+         "queues": ["default", "high"]},
+        {"name": "urgent", "command": ["bin/w"], "adapter": "celery", "celery_app": "shop.celery",
+         "queues": ["high", "high"]},
+        {"name": "mail", "command": ["bin/w"], "adapter": "celery", "celery_app": "shop.celery",
+         "queues": ["high", "mail"]}])
+    got = [(proc["name"], argv[8:]) for proc, argv in queue_commands(shared, "/r", 1.0)]
+    assert got == [("worker", ["default", "high"]), ("mail", ["mail"])]
+
+
 def test_queue_stats_that_cannot_be_read_say_why_per_queue():
     got = parse_queue_stats(PLAN["processes"][0], 1, "", "kombu.exceptions.OperationalError: Connection refused")
     assert got == [{"queue": "default", "error": "the agent could not read it (rc 1): "
@@ -164,21 +176,32 @@ def test_queue_stats_that_cannot_be_read_say_why_per_queue():
 
 def test_processes_from_a_release_outside_the_units_are_named_with_their_build_and_pids():
     from ansible_collections.sturdy.workers.plugins.module_utils.app_status import stray_problems, stray_processes
+    unit_cg = "0::/system.slice/system-shop\\x2dworker.slice/shop-worker@1.service\n"
+    session = "0::/user.slice/user-0.slice/session-3.scope\n"
     procs = {
         # A worker's main process and its pool child, in the unit's cgroup: the unit's own.
-        10: ("/srv/shop/releases/b2", "0::/system.slice/system-shop\\x2dworker.slice/shop-worker@1.service\n"),
-        11: ("/srv/shop/releases/b2", "0::/system.slice/system-shop\\x2dworker.slice/shop-worker@1.service\n"),
+        10: ("/srv/shop/releases/b2", unit_cg, "/srv/shop/releases/b2/venv/bin/python\0/srv/shop/releases/b2/venv/bin/celery"),
+        11: ("/srv/shop/releases/b2", unit_cg, "/srv/shop/releases/b2/venv/bin/python\0-m\0celery"),
         # status's own queue read, a transient unit.
-        12: ("/srv/shop/releases/b2", "0::/system.slice/run-u42.service\n"),
+        12: ("/srv/shop/releases/b2", "0::/system.slice/run-u42.service\n", "/srv/shop/releases/b2/venv/bin/python"),
         # Started by hand from an old release, in someone's session.
-        13: ("/srv/shop/releases/b1", "0::/user.slice/user-0.slice/session-3.scope\n"),
-        14: ("/home/ops", "0::/user.slice/user-0.slice/session-3.scope\n"),
+        13: ("/srv/shop/releases/b1", session, "venv/bin/python\0-m\0celery\0worker\0"),
+        # An operator's shell and a tail that only sit in a release: not the app's program.
+        14: ("/srv/shop/releases/b2", session, "-bash"),
+        15: ("/srv/shop/releases/b2", session, "tail\0-f\0log/app.log"),
+        # Started through current from elsewhere (a cron job): current's build.
+        16: ("/root", session, "/srv/shop/current/venv/bin/python\0/srv/shop/current/bin/report"),
     }
-    read = {f"/proc/{pid}/cgroup": cg for pid, (dummy, cg) in procs.items()}
-    read["/proc/13/cmdline"] = "python\0-m\0celery\0worker\0"
-    strays = stray_processes(PLAN, list(procs), read.get, {f"/proc/{p}/cwd": cwd for p, (cwd, dummy) in procs.items()}.get)
-    assert strays == [{"pid": 13, "build": "b1", "command": "python -m celery worker", "cgroup": "session-3.scope"}]
-    problem, = stray_problems("h1", strays, "b2")
-    assert problem.startswith("h1: 1 process(es) run the old build b1 from its release outside the app's units (pids "
-                              "13: python -m celery worker)")
-    assert "Next: stop them (kill 13" in problem
+    read = {f"/proc/{pid}/cgroup": cg for pid, (dummy, cg, dummy2) in procs.items()}
+    read.update({f"/proc/{pid}/cmdline": cmd for pid, (dummy, dummy2, cmd) in procs.items()})
+    cwds = {f"/proc/{pid}/cwd": cwd for pid, (cwd, dummy, dummy2) in procs.items()}
+    strays = stray_processes(PLAN, list(procs), read.get, cwds.get,
+                             lambda p: "/srv/shop/releases/b2" if p == "/srv/shop/current" else p)
+    assert [(s["pid"], s["build"], s["cgroup"]) for s in strays] == [(13, "b1", "session-3.scope"),
+                                                                     (16, "b2", "session-3.scope")]
+    assert strays[0]["command"] == "venv/bin/python -m celery worker"
+    old, same = stray_problems("h1", strays, "b2")
+    assert old.startswith("h1: 1 process(es) run the old build b1 from its release outside the app's units (pids "
+                          "13: venv/bin/python -m celery worker)")
+    assert "Next: stop them (kill 13" in old
+    assert same.startswith("h1: 1 process(es) run build b2 from its release outside")

@@ -43,3 +43,9 @@ def test_values_are_read_from_the_units_secret_lines():
                     files.get, decrypt)
     assert got == ["redis://:pw-1234@b/0", "tok-5678", "enc-9012"]
     assert decrypted == [("KEY", "/etc/shop/credentials/KEY.cred")]
+
+
+def test_a_secret_an_app_put_into_a_url_or_json_is_masked_encoded_too():
+    mask = masker(["p@ss/wo rd\"x"])
+    got = mask('redis://:p%40ss%2Fwo%20rd%22x@h/0 form=p%40ss%2Fwo+rd%22x json={"pw": "p@ss/wo rd\\"x"}')
+    assert got == f'redis://:{MASK}@h/0 form={MASK} json={{"pw": "{MASK}"}}'
