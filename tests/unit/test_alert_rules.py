@@ -4,6 +4,7 @@ promtool unit tests (tests/unit/alert_rules/*.test.yml) to fire on trouble and t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -84,8 +85,28 @@ def test_every_alert_has_a_severity_and_tells_the_next_step(rule):
     assert "Next:" in rule["annotations"]["description"], f"{rule['alert']}: the description names no next step"
 
 
+@pytest.mark.parametrize("rule", alerts(), ids=[rule["alert"] for rule in alerts()])
+def test_every_aggregation_keeps_the_job(rule):
+    """One Prometheus may scrape two environments under different jobs: no rule may merge their series."""
+    for keyword, labels in re.findall(r"\b(by|on|without|ignoring)\s*\(([^)]*)\)", rule["expr"]):
+        names = {name.strip() for name in labels.split(",")}
+        if keyword in ("by", "on"):
+            assert "job" in names, f"{rule['alert']}: {keyword} ({labels}) drops the job label"
+        else:
+            assert "job" not in names, f"{rule['alert']}: {keyword} ({labels}) drops the job label"
+
+
+@pytest.mark.parametrize("rule", alerts(), ids=[rule["alert"] for rule in alerts()])
+def test_every_playbook_in_a_description_is_run_with_an_inventory(rule):
+    text = " ".join(rule["annotations"]["description"].split())
+    for match in re.finditer(r"sturdy\.workers\.(\w+)", text):
+        before, after = text[:match.start()], text[match.end():]
+        assert before.endswith("ansible-playbook ") and after.startswith(" -i <inventory>"), (
+            f"{rule['alert']}: write 'ansible-playbook sturdy.workers.{match.group(1)} -i <inventory>'")
+
+
 def test_the_required_alerts_are_there():
     assert [group["name"] for group in yaml.safe_load(RULES.read_text())["groups"]] == ["sturdy.workers"]
     assert {rule["alert"] for rule in alerts()} >= {
-        "SturdyQueueTooOld", "SturdyQueueNoConsumers", "SturdyCrashLooping", "SturdyOldRelease", "SturdyBuildSkew",
-        "SturdyDeployFailed", "SturdyMetricsStale"}
+        "SturdyQueueTooOld", "SturdyQueueNoConsumers", "SturdyQueueUnreadable", "SturdyCrashLooping",
+        "SturdyInstanceDown", "SturdyOldRelease", "SturdyBuildSkew", "SturdyDeployFailed", "SturdyMetricsStale"}
