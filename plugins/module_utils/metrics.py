@@ -89,7 +89,10 @@ def samples(status: dict, plan: dict, counts: dict[str, dict], last_deploy: dict
             if inst.get("pid") is not None:
                 out.append(("sturdy_build_info", {**labels, "build": inst.get("build") or "unknown"}, 1))
             out.append(("sturdy_restarts_total", labels, inst.get("restarts", 0)))
-            out.append(("sturdy_restarts_last_hour", labels, inst.get("restarts_last_hour", 0)))
+            # As status counts them: restarts of the last hour since the last deliberate start (NRestarts), so a unit
+            # restarted on purpose after its crashes is not crash-looping now.
+            out.append(("sturdy_restarts_last_hour", labels,
+                        inst.get("restarts_last_hour", 0) if inst.get("restarts") else 0))
             out.append(("sturdy_old_release", labels, bool(inst.get("old_release"))))
     if status.get("current"):
         out.append(("sturdy_current_build_info", {"app": app, "build": status["current"]}, 1))

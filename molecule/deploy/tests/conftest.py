@@ -7,6 +7,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,21 @@ def collect_and_scrape(name: str) -> list[tuple[str, dict[str, str], float]]:
     check = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True, check=False)
     assert check.returncode == 0 and not (check.stdout + check.stderr).strip(), check.stdout + check.stderr + text
     return samples(text)
+
+
+def prometheus(path: str) -> dict:
+    """An answer of the Prometheus API on the broker host (it scrapes the app hosts' node_exporter every 5 s)."""
+    return json.loads(host("broker").check_output(
+        "python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
+        f"\"http://localhost:9090/api/v1/{path}\", timeout=10).read().decode())'"))
+
+
+def wait_for(what: str, probe, timeout: float = 90):
+    """probe() until it returns something true; fail naming `what` and the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
+        time.sleep(2)

@@ -6,11 +6,13 @@ The tests run in order (one xdist group); each deploys to every app host. Conver
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
 from conftest import (APPS, EPHEMERAL, SECRET, WORKER_UNITS, WORKERS, collect_and_scrape, current, deploy, deploy_cmd,
-                      host, invocations, main_cwd, readme_command, recaps, report, run_as_readme, said, task, units_of)
+                      host, invocations, main_cwd, prometheus, readme_command, recaps, report, run_as_readme, said,
+                      task, units_of, wait_for)
 
 B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 
@@ -256,6 +258,29 @@ def test_readme_status_shows_every_instance_on_its_build_and_no_problem():
         assert lines and all(json.loads(line)["STURDY_BUILD_ID"] == B2 for line in lines.splitlines())
 
 
+def test_alerts_playbook_installs_the_rules_prometheus_loads_them_and_reads_every_host():
+    env = dict(os.environ, ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log"))
+    result = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-e",
+                             "sturdy_alerts_hosts=brokers", "sturdy.workers.alerts"], capture_output=True, text=True,
+                            timeout=300, check=False, env=env)
+    assert result.returncode == 0 and recaps(result)["broker"]["changed"] == 2, said(result)[-3000:]
+    groups = prometheus("rules")["data"]["groups"]
+    rules = {r["name"]: r["health"] for g in groups if g["name"] == "sturdy.workers" for r in g["rules"]}
+    assert {"SturdyQueueTooOld", "SturdyQueueNoConsumers", "SturdyCrashLooping", "SturdyOldRelease", "SturdyBuildSkew",
+            "SturdyInstanceDown", "SturdyQueueUnreadable"} <= set(rules), groups
+    assert set(rules.values()) <= {"ok", "unknown"}, rules
+    # Every app host's collector output, scraped through node_exporter: one current build, B2, everywhere.
+    def scraped():
+        found = prometheus("query?query=sturdy_current_build_info")["data"]["result"]
+        return found if len(found) == len(APPS) else None
+
+    got = wait_for("Prometheus scraped sturdy_current_build_info from the 3 app hosts", scraped)
+    assert sorted((r["metric"]["instance"], r["metric"]["build"]) for r in got) == sorted((f"{n}:9100", B2) for n in APPS)
+    # A healthy app raises nothing (the last deploy may have been one of the tests' failed ones: that one is right).
+    active = [a["labels"]["alertname"] for a in prometheus("alerts")["data"]["alerts"]]
+    assert not [a for a in active if a.startswith("Sturdy") and a != "SturdyDeployFailed"], active
+
+
 def test_status_names_a_sigkill_a_stopped_instance_and_a_host_left_on_an_old_release():
     trixie, bookworm = host("worker-trixie"), host("worker-bookworm")
     pid = trixie.check_output("systemctl show -P MainPID shop-worker@1.service")
@@ -319,6 +344,17 @@ def test_status_tells_a_backlog_nobody_consumes_and_how_long_its_oldest_message_
         assert (got[("sturdy_queue_depth", "default")], got[("sturdy_queue_consumers", "default")]) == (3, 0), got
         assert got[("sturdy_queue_oldest_age_seconds", "default")] >= 3
         assert got[("sturdy_up", "shop-worker@1.service")] == 0
+        # Prometheus, scraping both worker hosts, evaluates the shipped rules on it: no consumers and instances down.
+        collect_and_scrape("worker-trixie")
+
+        def pending():
+            alerts = prometheus("alerts")["data"]["alerts"]
+            names = {a["labels"]["alertname"] for a in alerts if a["labels"].get("queue", "default") == "default"}
+            return {"SturdyQueueNoConsumers", "SturdyInstanceDown"} <= names and alerts
+
+        alerts = wait_for("SturdyQueueNoConsumers and SturdyInstanceDown pending in Prometheus", pending)
+        no_consumers = next(a for a in alerts if a["labels"]["alertname"] == "SturdyQueueNoConsumers")
+        assert no_consumers["labels"]["queue"] == "default" and no_consumers["state"] in ("pending", "firing")
     finally:
         for h in workers:
             h.run("systemctl start shop-worker@1.service shop-worker@2.service")

@@ -53,6 +53,11 @@ def test_every_instance_queue_and_count_becomes_a_sample():
         ("shop-worker@1.service", "b2"), ("shop-worker@2.service", "b1")]
     assert [labels["unit"] for labels, value in got["sturdy_old_release"] if value] == ["shop-worker@2.service"]
     assert (({"app": "shop", "process": "worker", "unit": "shop-worker@1.service"}, 4) in got["sturdy_restarts_total"])
+    last_hour = {labels["unit"]: value for labels, value in got["sturdy_restarts_last_hour"]}
+    assert last_hour["shop-worker@1.service"] == 3
+    # Crashes before a deliberate restart (NRestarts back at 0) are not a crash loop now, as status says.
+    calm = {**STATUS, "processes": [{"name": "worker", "instances": [instance("shop-worker@1.service", last_hour=5)]}]}
+    assert by_name(samples(calm, PLAN, {}, {}, 600, NOW))["sturdy_restarts_last_hour"][0][1] == 0
     assert got["sturdy_current_build_info"] == [({"app": "shop", "build": "b2"}, 1)]
     assert {labels["queue"]: value for labels, value in got["sturdy_queue_depth"]} == {"default": 3, "mail": 0}
     # An empty queue's oldest message is 0 s old; a queue that cannot be read has no depth, only read_ok 0.
