@@ -155,7 +155,8 @@ def diagnosis(unit: str, props: dict, pid1: list[dict], output: list[dict], memo
               kernel: list[str], tasks: list[dict]) -> dict:
     """Everything known about why `unit` last died, in words, with the next step."""
     death = last_death(pid1)
-    invocation = death["invocation"] if death else None
+    # No exit record (a SIGTERM-ended start timeout has none): the invocation systemd names now is the failed one.
+    invocation = death["invocation"] if death else props.get("InvocationID") or None
     signs = pid1_signs(pid1, invocation)
     # The dead invocation's lines up to its death (they reach the journal at most a moment after PID 1's record).
     until = death["time"] + 1 if death else float("inf")

@@ -147,8 +147,10 @@ def main():
         pid1 = parse_journal(run(["journalctl", "--no-pager", "-o", "json", since, "-n", "300", "_PID=1",
                                   f"UNIT={unit}"], check=False))
         death = last_death(pid1)
-        match = f"_SYSTEMD_INVOCATION_ID={death['invocation']}" if death and death["invocation"] else \
-            f"_SYSTEMD_UNIT={unit}"
+        # PID 1 records no exit for a main process a SIGTERM ended (it counts as clean): a start that timed out has
+        # none. Then the invocation systemd names now is the one that failed.
+        invocation = death["invocation"] if death and death["invocation"] else props.get("InvocationID")
+        match = f"_SYSTEMD_INVOCATION_ID={invocation}" if invocation else f"_SYSTEMD_UNIT={unit}"
         output = parse_journal(run(["journalctl", "--no-pager", "-o", "json", since, "-n", "300", match],
                                    check=False))
         kernel = []

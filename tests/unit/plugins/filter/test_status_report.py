@@ -63,8 +63,8 @@ def test_the_dead_letter_column_shows_only_once_a_queue_reports_one():
     plain = {"queue": "default", "depth": 0, "consumers": ["celery@w1"]}
     rep = status_report({"w1": {**host("b2"), "queues": [plain]}}, "shop", 0.0)
     assert not any("DEAD" in line for line in rep["summary"])
-    rep = status_report({"w1": {**host("b2"), "queues": [{**plain, "dead_letter_depth": 7},
-                                                          {**plain, "queue": "mail"}]}}, "shop", 0.0)
+    queues = [{**plain, "dead_letter_depth": 7}, {**plain, "queue": "mail"}]
+    rep = status_report({"w1": {**host("b2"), "queues": queues}}, "shop", 0.0)
     assert any(line.split() == ["QUEUE", "DEPTH", "OLDEST", "CONSUMERS", "DEAD", "LETTERS", "READ", "ON"]
                for line in rep["summary"])
     assert any(line.split() == ["default", "0", "-", "1", "7", "w1"] for line in rep["summary"])

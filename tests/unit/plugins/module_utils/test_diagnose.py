@@ -58,6 +58,16 @@ def test_lines_of_another_invocation_or_after_the_death_are_not_its_last_words()
     assert d["log_tail"] == ["mine"]
 
 
+def test_a_start_timeout_without_an_exit_record_reads_the_invocation_systemd_names_now():
+    # A main process a SIGTERM ended leaves PID 1 no exit record: the failed start is the unit's InvocationID.
+    d = diagnosis(UNIT, {"Result": "timeout", "InvocationID": "inv2"},
+                  [pid1_message(f"{UNIT}: Watchdog timeout (limit 30s)!", invocation="inv1"),
+                   pid1_message(f"{UNIT}: start operation timed out. Terminating.", invocation="inv2")],
+                  [line("ready", invocation="inv1"), line("importing", invocation="inv2")], None, [], [])
+    assert d["cause"].startswith("it did not become ready within its start timeout"), d["cause"]
+    assert d["log_tail"] == ["importing"]
+
+
 @pytest.mark.parametrize("props,pid1,memory,kernel,starts", [
     ({"Result": "oom-kill"}, [], None, [], "the OOM killer killed it"),
     ({}, [], "low 0\noom 1\noom_kill 1\n", [], "the OOM killer killed it"),

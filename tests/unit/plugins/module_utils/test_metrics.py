@@ -69,10 +69,9 @@ def test_every_instance_queue_and_count_becomes_a_sample():
     # The dead-letter slot: only where the agent reports one.
     assert got["sturdy_queue_dead_letter_depth"] == [({"app": "shop", "queue": "default"}, 2)]
     tasks = {(labels["unit"], labels["build"], labels["outcome"]): value for labels, value in got["sturdy_tasks_total"]}
-    assert tasks[("shop-worker@1.service", "b2", "succeeded")] == 5 and tasks[("shop-worker@2.service", "b2",
-                                                                                "succeeded")] == 3
-    assert tasks[("shop-worker@1.service", "b2", "failed")] == 1 and tasks[("shop-worker@1.service", "b1",
-                                                                             "retried")] == 1
+    w1, w2 = "shop-worker@1.service", "shop-worker@2.service"
+    assert tasks[(w1, "b2", "succeeded")] == 5 and tasks[(w2, "b2", "succeeded")] == 3
+    assert tasks[(w1, "b2", "failed")] == 1 and tasks[(w1, "b1", "retried")] == 1
     assert all(labels["process"] == "worker" for labels, dummy in got["sturdy_tasks_total"])
     assert got["sturdy_last_deploy_success"] == [({"app": "shop"}, False)]
     assert got["sturdy_last_deploy_info"] == [({"app": "shop", "build": "b2", "result": "rolled_back"}, 1)]
