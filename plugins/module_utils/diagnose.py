@@ -114,23 +114,23 @@ def cause(result: str, death: dict | None, signs: list[str], oom: bool, empty_lo
     stop = settings.get("TimeoutStopUSec", "?")
     if oom or result == "oom-kill" or "oom" in signs:
         return ("the OOM killer killed it: the unit or the host ran out of memory",
-                "find the task whose memory grows (the running task below); lower --concurrency, set "
+                "find the task whose memory grows (the running task above); lower --concurrency, set "
                 "--max-memory-per-child, or raise MemoryMax= / the host's memory")
     if result == "watchdog" or "watchdog" in signs:
         return ("it missed its watchdog (WatchdogSec=): its event loop hung, so systemd killed it (SIGABRT)",
                 "look for a blocking call in the main process (a broker connection without timeout, a deadlock); "
-                "the traceback SIGABRT printed is in the log below")
+                "the traceback SIGABRT printed is shown above")
     if "stop-timeout" in signs:
         return (f"a stop waited the whole stop timeout ({stop}) for running tasks and then systemd SIGKILLed it",
                 "a task ran longer than max_task_runtime: raise sturdy_processes[].max_task_runtime (the stop timeout "
                 "follows) or set task_time_limit below it")
     if "start-timeout" in signs:
         return ("it did not become ready within its start timeout (TimeoutStartSec=, no READY=1)",
-                "read the log below: a broker it cannot reach, a slow import; the agent sends READY=1 once the worker "
-                "consumes")
+                "read its last log lines above: a broker it cannot reach, a slow import; the agent sends READY=1 once "
+                "the worker consumes")
     if result == "timeout":
         return ("it hit a start or stop timeout (TimeoutStartSec=/TimeoutStopSec=)",
-                "read PID 1's messages (journalctl -u <unit>) for which one, and the log below")
+                "read PID 1's messages (journalctl -u <unit>) for which one, and its last log lines above")
     if death and death["code"] in ("killed", "dumped"):
         words = f"it was {death['words'].split(' (')[0]}"
         if death["status"] == "9":
@@ -143,7 +143,7 @@ def cause(result: str, death: dict | None, signs: list[str], oom: bool, empty_lo
         return (f"it exited ({death['words'] if death else result}) after a Python exception: {tb[-1].strip()}",
                 "fix the error the traceback shows; a release that dies on start is rolled back by the deploy")
     if death and not death["clean"]:
-        return (f"it {death['words']}", "read the log below for the error it printed before exiting")
+        return (f"it {death['words']}", "read its last log lines above for the error it printed before exiting")
     if death:
         return ("it exited cleanly (status 0): a deliberate stop, or the program ended on its own",
                 "nothing failed; if it should still run, start it (systemctl start) and check its command")
