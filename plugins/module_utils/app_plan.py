@@ -225,6 +225,8 @@ def plan(
         # StateDirectory=<app> of every unit; the agent records running tasks under it (sturdy_agent.TASK_RECORDS).
         "state_dir": f"/var/lib/{app}",
         "task_records": f"/var/lib/{app}/sturdy-tasks",
+        # The metrics collector's service and timer (sturdy.workers.observe, entry point metrics).
+        "metrics_unit": f"sturdy-metrics-{app}",
         "marker": marker(app),
         "unit_dir": UNIT_DIR,
         "unit_files": [template_unit(app, "*"), target_unit(app)],

@@ -17,7 +17,7 @@ import time
 from typing import Callable
 
 from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line, transient_argv
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import parse_show, parse_version
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import default_read, parse_show, parse_version
 
 # systemd's catalog IDs (systemd/sd-messages.h), logged by PID 1 with UNIT= set.
 UNIT_PROCESS_EXIT = "98e322203f7a4ed290d09fe03c09fe15"  # EXIT_CODE=, EXIT_STATUS=
@@ -317,14 +317,6 @@ def journal_argv(units: list[str], since: str = "-7d") -> list[str]:
 def default_readlink(path: str) -> str | None:
     try:
         return os.readlink(path)
-    except OSError:
-        return None
-
-
-def default_read(path: str) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read().decode("utf-8", "replace")
     except OSError:
         return None
 

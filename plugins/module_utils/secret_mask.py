@@ -14,6 +14,8 @@ import re
 from typing import Any, Callable
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import default_read
+
 MASK = "********"
 # Shorter values would mask ordinary words and digits: a secret that short is not one.
 MIN_LENGTH = 4
@@ -96,15 +98,8 @@ def masker(values) -> Callable[[Any], Any]:
 def host_masker(directives: list[str], run: Callable[[list[str]], tuple[int, str, str]]) -> Callable[[Any], Any]:
     """masker() for the values the units' secret lines load on this host (read as root; encrypted credentials
     decrypted with systemd-creds)."""
-    def read(path: str) -> str | None:
-        try:
-            with open(path, "rb") as fh:
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return None
-
     def decrypt(name: str, path: str) -> str | None:
         rc, out, dummy = run(["systemd-creds", "decrypt", f"--name={name}", path, "-"])
         return out if rc == 0 else None
 
-    return masker(values_of(directives, read, decrypt))
+    return masker(values_of(directives, default_read, decrypt))

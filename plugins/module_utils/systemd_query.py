@@ -143,12 +143,17 @@ def find_unit_files(patterns: list[str], marker: str | None, unit_dirs=UNIT_DIRS
     return found
 
 
-def _read(path: str) -> str:
+def default_read(path: str) -> str | None:
+    """A file's text (undecodable bytes replaced), or None when it cannot be read."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
     except OSError:
-        return ""
+        return None
+
+
+def _read(path: str) -> str:
+    return default_read(path) or ""
 
 
 def _mtime(path: str) -> float | None:
