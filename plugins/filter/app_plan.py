@@ -96,11 +96,14 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import AppPlanError, plan
+# Imported when called: ansible loads every filter file of the collection to find one filter, in each task's
+# worker process; module_utils imported at the top would be compiled there for every task.
 
 
 def app_plan(app, build_id="", root="", processes=None, secrets=None, delivery="env_file", user="", group="",
              migrate_command=None, artifact="", base_dir=""):
+    from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import AppPlanError, plan
+
     try:
         return plan(app, build_id=build_id or "", root=root or "", processes=processes or [],
                     secrets=list((secrets or {}).keys()) if isinstance(secrets, dict) else secrets,

@@ -38,10 +38,13 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sturdy.workers.plugins.module_utils.secret_delivery import SecretSpecError, env_file as render
+# Imported when called: ansible loads every filter file of the collection to find one filter, in each task's
+# worker process; module_utils imported at the top would be compiled there for every task.
 
 
 def env_file(secrets):
+    from ansible_collections.sturdy.workers.plugins.module_utils.secret_delivery import SecretSpecError, env_file as render
+
     if not isinstance(secrets, dict):
         raise AnsibleFilterError("env_file: sturdy_secrets must be a mapping of names to values")
     try:

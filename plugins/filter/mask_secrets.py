@@ -38,10 +38,13 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import masker
+# Imported when called: ansible loads every filter file of the collection to find one filter, in each task's
+# worker process; module_utils imported at the top would be compiled there for every task.
 
 
 def mask_secrets(value, secrets):
+    from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import masker
+
     if not isinstance(secrets, dict):
         raise AnsibleFilterError("mask_secrets: secrets must be a mapping of names to values (sturdy_secrets)")
     return masker(secrets.values())(value)

@@ -48,10 +48,13 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sturdy.workers.plugins.module_utils.secret_delivery import SecretSpecError, layout
+# Imported when called: ansible loads every filter file of the collection to find one filter, in each task's
+# worker process; module_utils imported at the top would be compiled there for every task.
 
 
 def secret_layout(app, delivery, names):
+    from ansible_collections.sturdy.workers.plugins.module_utils.secret_delivery import SecretSpecError, layout
+
     try:
         return layout(str(app), str(delivery), [str(n) for n in names])
     except SecretSpecError as exc:

@@ -51,12 +51,15 @@ _value:
 
 import datetime
 
-from ansible_collections.sturdy.workers.plugins.module_utils.app_status import duration_words, queue_problems
+# Imported when called: ansible loads every filter file of the collection to find one filter, in each task's
+# worker process; module_utils imported at the top would be compiled there for every task.
 
 COLUMNS = ("HOST", "UNIT", "STATE", "BUILD", "RESTARTS", "LAST HOUR", "UP", "LAST EXIT")
 
 
 def _row(host: str, inst: dict) -> tuple:
+    from ansible_collections.sturdy.workers.plugins.module_utils.app_status import duration_words
+
     build = inst.get("build") or "-"
     if inst.get("old_release"):
         build += " (old)"
@@ -74,6 +77,8 @@ def _table(header: tuple, rows: list[tuple]) -> list[str]:
 
 
 def _queue_rows(queues: dict) -> list[str]:
+    from ansible_collections.sturdy.workers.plugins.module_utils.app_status import duration_words
+
     # The dead-letter column shows once a queue reports one (dead_letter_depth from the agent's stats).
     dead = any(q.get("dead_letter_depth") is not None for q in queues.values())
     rows = []
@@ -91,6 +96,8 @@ def _queue_rows(queues: dict) -> list[str]:
 
 
 def status_report(results: dict, app: str, now: float, queue_age_limit: float = 600) -> dict:
+    from ansible_collections.sturdy.workers.plugins.module_utils.app_status import queue_problems
+
     hosts: dict = {}
     problems: list[str] = []
     builds: dict[str, list[str]] = {}

@@ -57,10 +57,13 @@ _value:
   elements: str
 """
 
-from ansible_collections.sturdy.workers.plugins.module_utils.adapters import transient_argv
+# Imported when called: ansible loads every filter file of the collection to find one filter, in each task's
+# worker process; module_utils imported at the top would be compiled there for every task.
 
 
 def transient_command(argv, user, group, workdir, properties=None, environment=None):
+    from ansible_collections.sturdy.workers.plugins.module_utils.adapters import transient_argv
+
     return transient_argv(str(user), str(group), str(workdir), list(properties or []), dict(environment or {}),
                           [str(a) for a in argv])
 

@@ -55,10 +55,13 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_units import UnitSpecError, plan_processes
+# Imported when called: ansible loads every filter file of the collection to find one filter, in each task's
+# worker process; module_utils imported at the top would be compiled there for every task.
 
 
 def worker_plan(processes, defaults, systemd_version):
+    from ansible_collections.sturdy.workers.plugins.module_utils.systemd_units import UnitSpecError, plan_processes
+
     try:
         return plan_processes(processes, defaults, int(systemd_version))
     except (UnitSpecError, KeyError, TypeError, ValueError) as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
-from testhosts import group_by_host, on_mitogen, podman_hosts  # noqa: E402
+from testhosts import group_by_host, podman_hosts  # noqa: E402
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
@@ -56,8 +56,7 @@ def play(host, playbook: str = "converge.yml", *args: str, **extra) -> subproces
         return subprocess.run(
             ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--limit",
              host.backend.get_hostname(), "-e", f"@{fh.name}", *args, str(SCENARIO_DIR / playbook)],
-            capture_output=True, text=True, timeout=600, check=False,
-            env=on_mitogen(dict(os.environ, ANSIBLE_LOG_PATH=str(LOG))),
+            capture_output=True, text=True, timeout=600, check=False,  # Mitogen, ansible.log: molecule.yml's env
         )
     finally:
         os.unlink(fh.name)
