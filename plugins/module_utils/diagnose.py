@@ -41,6 +41,25 @@ def last_death(pid1: list[dict]) -> dict | None:
     return found
 
 
+def last_failure(pid1: list[dict], props: dict) -> tuple[str | None, dict | None]:
+    """The invocation that failed last, and its main process's exit (None when PID 1 recorded none for it).
+
+    The latest of PID 1's exit records and its messages naming a timeout, watchdog, OOM kill or start limit: a main
+    process a SIGTERM ended (a start timeout) leaves no exit record, and by the time anyone looks systemd may be
+    starting the unit again under a new invocation. Failing both, the invocation systemd names now."""
+    latest = None
+    for record in pid1:
+        invocation = record.get("INVOCATION_ID") or record.get("_SYSTEMD_INVOCATION_ID")
+        died = record.get("MESSAGE_ID") == UNIT_PROCESS_EXIT and record.get("COMMAND", "ExecStart") == "ExecStart"
+        if invocation and (died or any(pattern.search(str(record.get("MESSAGE", ""))) for pattern, dummy in PID1_SIGNS)):
+            when = int(record.get("__REALTIME_TIMESTAMP", "0"))
+            if latest is None or when >= latest[0]:
+                latest = (when, invocation)
+    invocation = latest[1] if latest else props.get("InvocationID") or None
+    death = last_death(pid1)
+    return invocation, death if death and death["invocation"] in (None, invocation) else None
+
+
 def pid1_signs(pid1: list[dict], invocation: str | None) -> list[str]:
     """Signs of a timeout, watchdog, OOM kill or start limit in PID 1's messages about that invocation."""
     signs = []
@@ -154,9 +173,7 @@ def cause(result: str, death: dict | None, signs: list[str], oom: bool, empty_lo
 def diagnosis(unit: str, props: dict, pid1: list[dict], output: list[dict], memory_events: str | None,
               kernel: list[str], tasks: list[dict]) -> dict:
     """Everything known about why `unit` last died, in words, with the next step."""
-    death = last_death(pid1)
-    # No exit record (a SIGTERM-ended start timeout has none): the invocation systemd names now is the failed one.
-    invocation = death["invocation"] if death else props.get("InvocationID") or None
+    invocation, death = last_failure(pid1, props)
     signs = pid1_signs(pid1, invocation)
     # The dead invocation's lines up to its death (they reach the journal at most a moment after PID 1's record).
     until = death["time"] + 1 if death else float("inf")

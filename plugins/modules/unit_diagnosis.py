@@ -91,7 +91,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
     list_units_argv,
     parse_journal,
 )
-from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import diagnosis, last_death, summary
+from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import diagnosis, last_failure, summary
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV, parse_show
 
@@ -146,10 +146,7 @@ def main():
         since = f"--since={p['since']}"
         pid1 = parse_journal(run(["journalctl", "--no-pager", "-o", "json", since, "-n", "300", "_PID=1",
                                   f"UNIT={unit}"], check=False))
-        death = last_death(pid1)
-        # PID 1 records no exit for a main process a SIGTERM ended (it counts as clean): a start that timed out has
-        # none. Then the invocation systemd names now is the one that failed.
-        invocation = death["invocation"] if death and death["invocation"] else props.get("InvocationID")
+        invocation, death = last_failure(pid1, props)
         match = f"_SYSTEMD_INVOCATION_ID={invocation}" if invocation else f"_SYSTEMD_UNIT={unit}"
         output = parse_journal(run(["journalctl", "--no-pager", "-o", "json", since, "-n", "300", match],
                                    check=False))

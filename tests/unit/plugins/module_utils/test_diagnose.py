@@ -68,6 +68,18 @@ def test_a_start_timeout_without_an_exit_record_reads_the_invocation_systemd_nam
     assert d["log_tail"] == ["importing"]
 
 
+def test_a_start_timeout_is_found_while_systemd_already_starts_the_unit_again():
+    # Restart=on-failure: the unit is activating again under inv3 when diagnose reads it; inv1 died long before.
+    timed_out = {**pid1_message(f"{UNIT}: start operation timed out. Terminating.", invocation="inv2"),
+                 "__REALTIME_TIMESTAMP": "950000000"}
+    d = diagnosis(UNIT, {"Result": "success", "ActiveState": "activating", "InvocationID": "inv3"},
+                  [exit_record("killed", "9", at=900.0, invocation="inv1"), timed_out],
+                  [line("killed", at=899.0, invocation="inv1"), line("importing", at=949.0, invocation="inv2"),
+                   line("importing again", at=955.0, invocation="inv3")], None, [], [])
+    assert d["cause"].startswith("it did not become ready within its start timeout"), d["cause"]
+    assert d["log_tail"] == ["importing"] and d["death"] is None
+
+
 @pytest.mark.parametrize("props,pid1,memory,kernel,starts", [
     ({"Result": "oom-kill"}, [], None, [], "the OOM killer killed it"),
     ({}, [], "low 0\noom 1\noom_kill 1\n", [], "the OOM killer killed it"),
