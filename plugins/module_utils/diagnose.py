@@ -26,11 +26,16 @@ PID1_SIGNS = (
 OOM_KERNEL = re.compile(r"oom-kill:|Out of memory|Memory cgroup out of memory|Killed process")
 
 
+def main_exit(record: dict) -> bool:
+    """Whether a PID 1 record is the exit of the unit's main process (ExecStart)."""
+    return record.get("MESSAGE_ID") == UNIT_PROCESS_EXIT and record.get("COMMAND", "ExecStart") == "ExecStart"
+
+
 def last_death(pid1: list[dict]) -> dict | None:
     """The last exit of the unit's main process (ExecStart) from PID 1's records, with its invocation."""
     found = None
     for record in pid1:
-        if record.get("MESSAGE_ID") != UNIT_PROCESS_EXIT or record.get("COMMAND", "ExecStart") != "ExecStart":
+        if not main_exit(record):
             continue
         when = int(record.get("__REALTIME_TIMESTAMP", "0")) / 1e6
         if found is None or when >= found["time"]:
@@ -50,8 +55,7 @@ def last_failure(pid1: list[dict], props: dict) -> tuple[str | None, dict | None
     latest = None
     for record in pid1:
         invocation = record.get("INVOCATION_ID") or record.get("_SYSTEMD_INVOCATION_ID")
-        died = record.get("MESSAGE_ID") == UNIT_PROCESS_EXIT and record.get("COMMAND", "ExecStart") == "ExecStart"
-        if invocation and (died or any(pattern.search(str(record.get("MESSAGE", ""))) for pattern, dummy in PID1_SIGNS)):
+        if invocation and (main_exit(record) or any(pattern.search(str(record.get("MESSAGE", ""))) for pattern, dummy in PID1_SIGNS)):
             when = int(record.get("__REALTIME_TIMESTAMP", "0"))
             if latest is None or when >= latest[0]:
                 latest = (when, invocation)
