@@ -123,6 +123,26 @@ def _window(delays: list[float]) -> int:
     return int(math.ceil(sum(delays) + len(delays) * START_ALLOWANCE_SEC))
 
 
+def rate_per_instance(name: str, rate_limit: Any, fleet: list[list[dict[str, Any]]]) -> float | None:
+    """A process type's rate_limit (tasks per second for the whole type) split evenly between its instances on every
+    host of `fleet` (each host's declared process types); a singleton counts once. None without a limit."""
+    if rate_limit is None:
+        return None
+    try:
+        rate = float(rate_limit)
+    except (TypeError, ValueError):
+        rate = 0.0
+    if not rate > 0:
+        raise UnitSpecError(f"sturdy_processes[{name}].rate_limit={rate_limit!r}: give tasks per second greater than 0 "
+                            "(for example rate_limit: 20), or leave it out for no limit")
+    mine = [p for declared in fleet for p in declared or [] if isinstance(p, dict) and p.get("name") == name]
+    if any(p.get("singleton") for p in mine):
+        total = 1
+    else:
+        total = sum(1 if p.get("instances") is None else int(p["instances"]) for p in mine)
+    return float(f"{rate / max(total, 1):.4g}")
+
+
 def plan_processes(
     processes: list[dict[str, Any]],
     defaults: dict[str, Any],
@@ -138,9 +158,10 @@ def plan_processes(
     backoff = int(systemd_version) >= RESTART_BACKOFF_MIN_SYSTEMD
     margin = int(defaults.get("stop_margin", 0))
     singleton_here = bool(defaults.get("singleton_here", True))
+    fleet = defaults.get("fleet") or []
     planned = []
     for declared in processes:
-        proc = {k: v for k, v in defaults.items() if k not in ("stop_margin", "singleton_here")}
+        proc = {k: v for k, v in defaults.items() if k not in ("stop_margin", "singleton_here", "fleet")}
         proc.update({k: v for k, v in declared.items() if v is not None})
         name = proc["name"]
         where = f"sturdy_processes[{name}]"
@@ -154,6 +175,16 @@ def plan_processes(
         if proc.get("adapter", "none") == "celery" and not proc.get("celery_app"):
             raise UnitSpecError(f"{where}: adapter celery needs celery_app, the module of the Celery app as given to "
                                 "`celery -A` (for example celery_app: shop.celery)")
+        for option in ("max_deliveries", "rate_limit"):
+            if declared.get(option) is not None and proc.get("adapter", "none") != "celery":
+                raise UnitSpecError(f"{where}.{option}: the sturdy.workers agent enforces it inside Celery workers "
+                                    f"only; adapter {proc.get('adapter', 'none')} has none. Remove it, or use "
+                                    "adapter: celery")
+        proc["max_deliveries"] = int(5 if proc.get("max_deliveries") is None else proc["max_deliveries"])
+        if proc["max_deliveries"] < 1:
+            raise UnitSpecError(f"{where}.max_deliveries={proc['max_deliveries']}: a message must be delivered at least "
+                                "once; use 1 (never run a message twice) or more")
+        proc["rate_per_instance"] = rate_per_instance(name, proc.get("rate_limit"), fleet or [processes])
         proc["watchdog_sec"] = int(proc.get("watchdog_sec") or 0)
         proc["start_timeout"] = int(proc.get("start_timeout") or 90)
         proc["readiness_http"] = (proc.get("readiness") or {}).get("http")

@@ -19,16 +19,22 @@ STURDY_AGENT=celery; then, inside a Celery worker:
 - a stamp (header sturdy_sent, a UNIX time) on every task message the process publishes, so the age of the
   oldest waiting message can be told.
 
-- a remote-control query `sturdy_health` every worker answers with its build, release, queues and running tasks.
+- a remote-control query `sturdy_health` every worker answers with its build, release, queues and running tasks;
+- a gate before the pool (Gate): a message whose workers kept dying (more than STURDY_MAX_DELIVERIES deliveries), a
+  message whose arguments the task cannot take and a message for a task the build does not register go to the
+  queue's dead-letter queue sturdy.dead.<queue> with the reason, instead of looping, failing or being dropped; with
+  STURDY_RATE_LIMIT, tasks start at most at that rate.
 
 `python -m sturdy_agent smoke ...` is the producer side of the smoke test, `python -m sturdy_agent stats ...` reads
-the queues (depth, oldest message, consumers), `python -m sturdy_agent health ...` asks every worker; see main(). Standard library only, except the Celery
+the queues (depth, oldest message, consumers), `python -m sturdy_agent health ...` asks every worker,
+`python -m sturdy_agent dead list|requeue|discard ...` handles dead letters; see main(). Standard library only, except the Celery
 hooks, which import Celery from the worker's own venv.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import socket
@@ -219,6 +225,257 @@ def register_health() -> None:
         return health(queues, tasks)
 
 
+DEAD_PREFIX = "sturdy.dead."
+DEAD = "sturdy_dead_"  # the headers a dead letter carries: reason, queue, build, host, at, deliveries
+REQUEUES = "sturdy_requeues"
+# A redelivery is counted in the broker under this key for this long (a message waits at most the visibility timeout
+# between two deliveries; a week covers any sane one).
+DELIVERIES_TTL = 7 * 86400
+DEFAULT_MAX_DELIVERIES = 5
+
+
+class DeadLettered(Exception):
+    """The result of a task the agent moved to its queue's dead-letter queue instead of running it."""
+
+
+def dead_letter_queue(queue: str) -> str:
+    """Where the dead letters of `queue` wait: sturdy.dead.<queue> (no worker consumes it)."""
+    return queue if queue.startswith(DEAD_PREFIX) else DEAD_PREFIX + queue
+
+
+def deliveries_key(headers: dict) -> str:
+    """The broker key counting the redeliveries of one message: a retry (a new message with the same id) and a
+    requeued dead letter start again from zero."""
+    return "sturdy.deliveries.{}.{}.{}".format(headers.get("id"), headers.get("retries") or 0,
+                                               headers.get(REQUEUES) or 0)
+
+
+def dead_headers(headers: dict, reason: str, queue: str, deliveries, build, host: str, now: float) -> dict:
+    """The message's headers plus why, where from, on which build and host, when, after how many deliveries."""
+    dead = {k: v for k, v in headers.items() if k != "redelivered"}
+    dead.update({DEAD + "reason": reason, DEAD + "queue": queue, DEAD + "build": build, DEAD + "host": host,
+                 DEAD + "at": now, DEAD + "deliveries": deliveries})
+    return dead
+
+
+def requeue_headers(headers: dict) -> dict:
+    """A dead letter's headers as it goes back to its queue: counted afresh, the dead-letter marks removed."""
+    fresh = {k: v for k, v in headers.items() if not k.startswith(DEAD) and k != "redelivered"}
+    fresh[REQUEUES] = int(headers.get(REQUEUES) or 0) + 1
+    return fresh
+
+
+def describe_dead(headers_list: list[dict], now: float, sample: int = 5) -> dict:
+    """What an operator needs about a dead-letter queue: count, reasons, tasks, oldest, a few entries. Never the
+    arguments (they can hold personal data or secrets): names, ids, reasons and times only."""
+    reasons: dict[str, int] = {}
+    tasks: dict[str, int] = {}
+    times = []
+    for h in headers_list:
+        reason = str(h.get(DEAD + "reason") or "no reason recorded")
+        reasons[reason] = reasons.get(reason, 0) + 1
+        tasks[str(h.get("task"))] = tasks.get(str(h.get("task")), 0) + 1
+        if isinstance(h.get(DEAD + "at"), (int, float)):
+            times.append(h[DEAD + "at"])
+    entries = [{"id": h.get("id"), "task": h.get("task"), "reason": h.get(DEAD + "reason"),
+                "deliveries": h.get(DEAD + "deliveries"), "build": h.get(DEAD + "build"), "host": h.get(DEAD + "host"),
+                "requeues": h.get(REQUEUES) or 0,
+                "age": round(now - h[DEAD + "at"], 1) if isinstance(h.get(DEAD + "at"), (int, float)) else None}
+               for h in headers_list[:sample]]
+    return {"count": len(headers_list), "reasons": reasons, "tasks": tasks,
+            "oldest_age": round(now - min(times), 1) if times else None, "sample": entries}
+
+
+def argument_error(task, args, kwargs) -> str | None:
+    """Why the task cannot take these arguments (Celery's own check at the producer, made again in the worker, where
+    a message from another build lands), or None."""
+    check = getattr(task, "__header__", None)
+    if check is None or getattr(task, "typing", True) is False:
+        return None
+    try:
+        check(*(args or ()), **(kwargs or {}))
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
+def per_instance_rate(environ=None) -> float | None:
+    """STURDY_RATE_LIMIT: tasks per second this instance may start (the process type's rate_limit, split)."""
+    environ = os.environ if environ is None else environ
+    try:
+        rate = float(environ.get("STURDY_RATE_LIMIT") or 0)
+    except ValueError:
+        return None
+    return rate if rate > 0 else None
+
+
+class Gate:
+    """Stands between a worker's consumer and its pool: what Celery hands to the pool passes here first.
+
+    - a message the pool already took and lost (the worker or its child was killed) more than max_deliveries times,
+      a message whose arguments the task cannot take, and a message for a task this build does not register are
+      moved to their queue's dead-letter queue with the reason, acknowledged, and marked failed in the result
+      backend, instead of being run (or dropped, as Celery does with unknown tasks);
+    - with STURDY_RATE_LIMIT, tasks start at most at that rate (the smoke job is never held).
+
+    Deliveries: the Redis transport flags a message it restores (its worker died, or it was requeued) as redelivered;
+    each hand-off of a redelivered message adds one to a counter in the broker (deliveries_key). The first delivery
+    is not counted, so ordinary tasks cost nothing; a message restored before it ever ran counts one more than it ran.
+    """
+
+    def __init__(self, consumer, environ=None):
+        environ = os.environ if environ is None else environ
+        self.consumer = consumer
+        self.app = consumer.app
+        self.max_deliveries = int(environ.get("STURDY_MAX_DELIVERIES") or DEFAULT_MAX_DELIVERIES)
+        self.rate = per_instance_rate(environ)
+        self.bucket = None
+        self.waiting: collections.deque = collections.deque()
+        self.wake = None
+        self._conn = None
+        self.build = loaded_build()[1] or "unknown"
+        self.host = socket.gethostname()
+        from celery.utils.log import get_logger  # pylint: disable=import-outside-toplevel
+
+        self.log = get_logger("sturdy_agent")
+        if self.rate:
+            from kombu.utils.limits import TokenBucket  # pylint: disable=import-outside-toplevel
+
+            self.bucket = TokenBucket(self.rate, capacity=1)
+
+    def connection(self):
+        if self._conn is None:
+            self._conn = self.app.connection_for_write()
+        self._conn.ensure_connection(max_retries=3)
+        return self._conn
+
+    def deliveries(self, request) -> int:
+        """How many times the pool has been handed this message, this time included."""
+        headers = request.message.headers or {}
+        info = request.delivery_info or {}
+        if not (info.get("redelivered") or headers.get("redelivered")):
+            return 1
+        if isinstance(headers.get("x-delivery-count"), int):  # RabbitMQ quorum queues count themselves
+            return headers["x-delivery-count"] + 1
+        client = getattr(self.connection().default_channel, "client", None)
+        if client is None or not hasattr(client, "incr"):
+            return 2
+        key = deliveries_key(headers)
+        with client.pipeline() as pipe:
+            count, dummy = pipe.incr(key).expire(key, DELIVERIES_TTL).execute()
+        return int(count) + 1
+
+    def queue_of(self, message) -> str:
+        """The queue a message was taken from (the consumed queue its routing key names)."""
+        info = message.delivery_info or {}
+        key = info.get("routing_key") or ""
+        for queue in self.app.amqp.queues.values():
+            if key in (queue.routing_key, queue.name):
+                return queue.name
+        return key or self.app.conf.task_default_queue
+
+    def dead_letter(self, message, reason: str, deliveries) -> None:
+        """Publish a copy of `message` to its queue's dead-letter queue (before the original is acknowledged: a
+        crash in between leaves a duplicate there, never a loss)."""
+        from kombu import Producer, Queue  # pylint: disable=import-outside-toplevel
+
+        queue = self.queue_of(message)
+        target = dead_letter_queue(queue)
+        headers = dead_headers(dict(message.headers or {}), reason, queue, deliveries, self.build, self.host,
+                               time.time())
+        props = message.properties or {}
+        channel = self.connection().default_channel
+        Producer(channel).publish(
+            message.body, exchange="", routing_key=target, declare=[Queue(target, routing_key=target)],
+            content_type=message.content_type, content_encoding=message.content_encoding, headers=headers,
+            **{k: props[k] for k in ("correlation_id", "reply_to", "priority") if props.get(k) is not None})
+        self.log.error("sturdy_agent: task %s[%s] moved to dead-letter queue %s: %s (python -m sturdy_agent dead, "
+                       "or the sturdy.workers.dead_letters playbook, lists and requeues it)",
+                       headers.get("task"), headers.get("id"), target, reason)
+
+    def on_task_request(self, handoff):
+        from celery.worker import state as worker_state  # pylint: disable=import-outside-toplevel
+
+        def gate(request):
+            if request.name == SMOKE_TASK:
+                return handoff(request)
+            if self.bucket is not None:
+                self.waiting.append(request)
+                return self.pace(pass_gate)
+            return pass_gate(request)
+
+        def pass_gate(request):
+            reason, deliveries = None, 1
+            try:
+                wrong = argument_error(request.task, request.args, request.kwargs)
+                if wrong:
+                    reason = f"arguments do not fit {request.name} in build {self.build}: {wrong}"
+                else:
+                    deliveries = self.deliveries(request)
+                    if deliveries > self.max_deliveries:
+                        reason = (f"delivered {deliveries} times without an acknowledgement (max_deliveries="
+                                  f"{self.max_deliveries}): the process running it died each time")
+                if reason:
+                    self.dead_letter(request.message, reason, deliveries)
+            except Exception as exc:  # pylint: disable=broad-exception-caught  # the broker is unreachable: run it
+                self.log.warning("sturdy_agent: cannot check task %s[%s] (%s); handing it to the pool",
+                                 request.name, request.id, exc)
+                reason = None
+            if not reason:
+                return handoff(request)
+            request.acknowledge()
+            worker_state.task_ready(request)
+            request.task.backend.mark_as_failure(request.id, DeadLettered(reason), request=request._context,
+                                                 store_result=request.store_errors)
+            return None
+
+        return gate
+
+    def pace(self, pass_gate, due=False) -> None:
+        """Hand waiting tasks on as the bucket allows; one timer at a time wakes it for the next.
+
+        Not Celery's rate limiting (Consumer._limit_task): it adds a timer entry per held task and per early wake-up,
+        and an event loop with more than ten entries due fires ten, then sleeps a second: under a backlog a declared
+        10/s fell to 1/s."""
+        if due:
+            self.wake = None
+        while self.waiting and self.bucket.can_consume(1):
+            pass_gate(self.waiting.popleft())
+        if self.waiting and self.wake is None:
+            self.wake = self.consumer.timer.call_after(max(self.bucket.expected_time(1), 0.001), self.pace,
+                                                       (pass_gate, True), priority=6)
+
+    def on_unknown_task(self, original):
+        def unknown(body, message, exc):
+            try:
+                name = (message.headers or {}).get("task") or "?"
+                self.dead_letter(message, f"unknown task {name} in build {self.build}", 1)
+            except Exception as err:  # pylint: disable=broad-exception-caught  # Celery still logs and rejects it
+                self.log.error("sturdy_agent: could not move the unknown task to its dead-letter queue: %s", err)
+            return original(body, message, exc)
+
+        return unknown
+
+    def on_invalid_task(self, original):
+        def invalid(body, message, exc):
+            try:
+                self.dead_letter(message, f"invalid message in build {self.build}: {exc}", 1)
+            except Exception as err:  # pylint: disable=broad-exception-caught  # Celery still logs and rejects it
+                self.log.error("sturdy_agent: could not move the invalid message to its dead-letter queue: %s", err)
+            return original(body, message, exc)
+
+        return invalid
+
+
+def install_gate(consumer) -> None:
+    """Put a Gate in front of the worker's pool: called once the consumer exists and before it builds its handlers
+    (celeryd_after_setup is sent when the worker starts, before its consumer does)."""
+    gate = _STATE["gate"] = Gate(consumer)
+    consumer.on_task_request = gate.on_task_request(consumer.on_task_request)
+    consumer.on_unknown_task = gate.on_unknown_task(consumer.on_unknown_task)
+    consumer.on_invalid_task = gate.on_invalid_task(consumer.on_invalid_task)
+
+
 def install_celery_hooks() -> None:
     """Connect to Celery's worker signals (called at interpreter start when STURDY_AGENT=celery)."""
     from celery import signals  # pylint: disable=import-outside-toplevel
@@ -239,6 +496,8 @@ def install_celery_hooks() -> None:
 
         _STATE["smoke"] = smoke
         register_health()
+        if getattr(instance, "consumer", None) is not None:
+            install_gate(instance.consumer)
 
     def ready(sender=None, **_):
         notify(f"READY=1\nSTATUS=consuming ({_STATE.get('node')})")
@@ -382,13 +641,13 @@ def queue_stats(celery_app: str, queues: list[str], timeout: float) -> list[dict
     with app.connection_for_read() as conn:
         channel = conn.channel()
         for queue in queues:
-            entry = {"queue": queue, "depth": 0, "oldest_task": None, "oldest_age": None, "oldest_stamped": None}
+            entry = {"queue": queue, "depth": 0, "oldest_task": None, "oldest_age": None, "oldest_stamped": None,
+                     "dead_letter_depth": None}
             try:
-                entry["depth"] = channel.queue_declare(queue=queue, passive=True).message_count
-            except Exception as exc:  # pylint: disable=broad-exception-caught  # a queue not declared yet is empty
-                if "NOT_FOUND" not in str(exc) and "404" not in str(exc):
-                    entry["error"] = f"{type(exc).__name__}: {exc}"
-                # AMQP closes the channel on a failed passive declare.
+                entry["depth"], channel = _depth(conn, channel, queue)
+                entry["dead_letter_depth"], channel = _depth(conn, channel, dead_letter_queue(queue))
+            except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
+                entry["error"] = f"{type(exc).__name__}: {exc}"
                 channel = conn.channel()
             client = getattr(channel, "client", None)
             if entry["depth"] and client is not None and hasattr(client, "lindex"):
@@ -406,6 +665,87 @@ def queue_stats(celery_app: str, queues: list[str], timeout: float) -> list[dict
                                     if any(q.get("name") == entry["queue"] for q in consumed or []))
         if error:
             entry["consumers_error"] = error
+    return found
+
+
+def _depth(conn, channel, queue: str):
+    """(message count, channel): 0 for a queue not declared yet (AMQP closes the channel then: a new one)."""
+    try:
+        return channel.queue_declare(queue=queue, passive=True).message_count, channel
+    except Exception as exc:  # pylint: disable=broad-exception-caught  # a queue not declared yet is empty
+        if "NOT_FOUND" not in str(exc) and "404" not in str(exc):
+            raise
+        return 0, conn.channel()
+
+
+def _headers_of(raw) -> dict:
+    try:
+        return json.loads(raw).get("headers") or {}
+    except (TypeError, ValueError, AttributeError):
+        return {}
+
+
+def dead_letters(celery_app: str, action: str, queues: list[str], limit: int = 0, confirm: bool = False) -> list[dict]:
+    """list, requeue or discard the dead letters of each queue (never the queue itself: only sturdy.dead.<queue>).
+
+    requeue publishes each dead letter back to its queue before removing it (a failure in between leaves a copy in the
+    dead-letter queue, never a loss), oldest first; discard needs confirm=True."""
+    from kombu import Producer, Queue  # pylint: disable=import-outside-toplevel
+
+    if action == "discard" and not confirm:
+        raise SystemExit("sturdy_agent: discard deletes dead letters for good; pass --confirm-discard to mean it")
+    app = _celery_app(celery_app)
+    found = []
+    now = time.time()
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        for queue in queues:
+            source = queue[len(DEAD_PREFIX):] if queue.startswith(DEAD_PREFIX) else queue
+            target = dead_letter_queue(source)
+            depth, channel = _depth(conn, channel, target)
+            entry = {"queue": source, "dead_letter_queue": target, "count": depth}
+            if action == "list":
+                client = getattr(channel, "client", None)
+                if client is not None and hasattr(client, "lrange"):
+                    # Redis: published with LPUSH, so the oldest is last; reading does not take them.
+                    raws = client.lrange(target, -(limit or 1000), -1)[::-1]
+                    entry.update(describe_dead([_headers_of(r) for r in raws], now))
+                else:
+                    got = []
+                    while depth and len(got) < min(depth, limit or 1000):
+                        message = channel.basic_get(target, no_ack=False)
+                        if message is None:
+                            break
+                        got.append(dict(message.headers or {}))
+                    entry.update(describe_dead(got, now))
+                    # Not acknowledged: closing the channel gives them back in order.
+                    channel.close()
+                    channel = conn.channel()
+                entry["count"] = depth
+            else:
+                done = 0
+                producer = Producer(channel)
+                # Only what is there now: a requeued message that dies again comes back behind them.
+                limit = min(limit, depth) if limit else depth
+                while done < limit:
+                    message = channel.basic_get(target, no_ack=False)
+                    if message is None:
+                        break
+                    if action == "requeue":
+                        headers = dict(message.headers or {})
+                        back = headers.get(DEAD + "queue") or source
+                        props = message.properties or {}
+                        producer.publish(
+                            message.body, exchange="", routing_key=back, declare=[Queue(back, routing_key=back)],
+                            content_type=message.content_type, content_encoding=message.content_encoding,
+                            headers=requeue_headers(headers),
+                            **{k: props[k] for k in ("correlation_id", "reply_to", "priority")
+                               if props.get(k) is not None})
+                    message.ack()
+                    done += 1
+                entry[action + "d"] = done
+                entry["count"], channel = _depth(conn, channel, target)
+            found.append(entry)
     return found
 
 
@@ -445,10 +785,20 @@ def main(argv=None) -> int:
     health_cmd = sub.add_parser("health", help="ask every worker for its build, release, queues and running tasks")
     health_cmd.add_argument("--celery-app", required=True)
     health_cmd.add_argument("--timeout", type=float, default=1.0, help="how long workers have to answer")
+    dead_cmd = sub.add_parser("dead", help="list, requeue or discard the dead letters of each queue")
+    dead_cmd.add_argument("action", choices=["list", "requeue", "discard"])
+    dead_cmd.add_argument("--celery-app", required=True)
+    dead_cmd.add_argument("--limit", type=int, default=0, help="at most this many (list: 1000; else: all)")
+    dead_cmd.add_argument("--confirm-discard", action="store_true", help="discard deletes them for good")
+    dead_cmd.add_argument("queues", nargs="+", help="the live queues (their dead letters are in sturdy.dead.<queue>)")
     tasks_cmd = sub.add_parser("tasks", help="print each task's state and whether the broker holds it unacknowledged")
     tasks_cmd.add_argument("--celery-app", required=True)
     tasks_cmd.add_argument("ids", nargs="+")
     args = parser.parse_args(argv)
+    if args.command == "dead":
+        print(json.dumps(dead_letters(args.celery_app, args.action, args.queues, args.limit, args.confirm_discard),
+                         sort_keys=True))
+        return 0
     if args.command == "tasks":
         print(json.dumps(task_states(args.celery_app, args.ids), sort_keys=True))
         return 0

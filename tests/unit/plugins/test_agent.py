@@ -119,3 +119,65 @@ def test_health_answers_with_the_loaded_build_its_queues_without_smoke_and_its_t
     assert got["build_id"] == "b7" and got["release"].endswith("/releases/b7")
     assert got["unit"] == "shop-worker@2.service" and got["queues"] == ["default"]
     assert got["tasks"] == [{"id": "t1", "name": "shop.x", "started": 1.0}]
+
+
+def test_dead_letters_wait_beside_their_queue_and_never_in_it(agent):
+    assert agent.dead_letter_queue("default") == "sturdy.dead.default"
+    # Naming a dead-letter queue again gives the same one: no command can be pointed at a live queue through it.
+    assert agent.dead_letter_queue("sturdy.dead.default") == "sturdy.dead.default"
+
+
+def test_a_retry_and_a_requeued_dead_letter_are_counted_afresh(agent):
+    first = agent.deliveries_key({"id": "t1", "retries": 0})
+    assert first == "sturdy.deliveries.t1.0.0"
+    assert agent.deliveries_key({"id": "t1", "retries": 1}) != first
+    assert agent.deliveries_key({"id": "t1", "retries": 0, "sturdy_requeues": 1}) != first
+
+
+def test_a_dead_letter_says_why_where_from_and_goes_back_clean(agent):
+    headers = {"id": "t1", "task": "shop.charge", "retries": 0, "redelivered": True, "sturdy_sent": 1.0}
+    dead = agent.dead_headers(headers, "unknown task shop.charge in build b7", "default", 1, "b7", "w1", 100.0)
+    assert dead == {"id": "t1", "task": "shop.charge", "retries": 0, "sturdy_sent": 1.0,
+                    "sturdy_dead_reason": "unknown task shop.charge in build b7", "sturdy_dead_queue": "default",
+                    "sturdy_dead_build": "b7", "sturdy_dead_host": "w1", "sturdy_dead_at": 100.0,
+                    "sturdy_dead_deliveries": 1}
+    back = agent.requeue_headers(dead)
+    assert back == {"id": "t1", "task": "shop.charge", "retries": 0, "sturdy_sent": 1.0, "sturdy_requeues": 1}
+    assert agent.requeue_headers(dict(dead, sturdy_requeues=1))["sturdy_requeues"] == 2
+
+
+def test_a_dead_letter_listing_counts_reasons_and_never_shows_arguments(agent):
+    dead = [agent.dead_headers({"id": f"t{n}", "task": "shop.poison", "argsrepr": "('card 4242',)"},
+                               "delivered 6 times without an acknowledgement", "default", 6, "b7", "w1", 50.0 + n)
+            for n in range(3)]
+    dead.append(agent.dead_headers({"id": "u", "task": "shop.old"}, "unknown task shop.old in build b7", "default",
+                                   1, "b7", "w2", 90.0))
+    got = agent.describe_dead(dead, 100.0, sample=2)
+    assert got["count"] == 4 and got["oldest_age"] == 50.0
+    assert got["reasons"] == {"delivered 6 times without an acknowledgement": 3, "unknown task shop.old in build b7": 1}
+    assert got["tasks"] == {"shop.poison": 3, "shop.old": 1}
+    assert [e["id"] for e in got["sample"]] == ["t0", "t1"]
+    assert "4242" not in json.dumps(got)
+    assert agent.describe_dead([], 100.0) == {"count": 0, "reasons": {}, "tasks": {}, "oldest_age": None, "sample": []}
+
+
+def test_arguments_are_checked_as_celery_checks_them_at_the_producer(agent):
+    class Task:
+        typing = True
+
+        @staticmethod
+        def __header__(order_id, amount=0):
+            return order_id, amount
+
+    assert agent.argument_error(Task, [1], {"amount": 2}) is None
+    assert "argument" in agent.argument_error(Task, [1, 2, 3], {})
+    assert "unexpected keyword" in agent.argument_error(Task, [1], {"coupon": "x"})
+    Task.typing = False
+    assert agent.argument_error(Task, [1, 2, 3], {}) is None
+
+
+def test_the_rate_is_read_from_the_unit_and_ignored_when_unusable(agent):
+    assert agent.per_instance_rate({"STURDY_RATE_LIMIT": "2.5"}) == 2.5
+    assert agent.per_instance_rate({}) is None
+    assert agent.per_instance_rate({"STURDY_RATE_LIMIT": "fast"}) is None
+    assert agent.per_instance_rate({"STURDY_RATE_LIMIT": "0"}) is None

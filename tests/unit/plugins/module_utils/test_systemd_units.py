@@ -209,3 +209,36 @@ def test_plan_celery_adapter_needs_the_app_and_gets_readiness_specs():
     (web,) = _plan([{"name": "web", "command": ["/bin/w"], "instances": 2, "readiness": {"http": "http://x/h"}}])
     assert web["restart_specs"] == [{"name": "shop-web@1.service", "http": "http://x/h"},
                                     {"name": "shop-web@2.service", "http": "http://x/h"}]
+
+
+CELERY = {"name": "worker", "command": ["/bin/w"], "adapter": "celery", "celery_app": "shop.celery"}
+
+
+def test_plan_splits_a_rate_limit_between_every_instance_of_the_play():
+    fleet = [[dict(CELERY, instances=2, rate_limit=20)], [dict(CELERY, instances=2, rate_limit=20)],
+             [{"name": "web", "command": ["/bin/web"]}]]
+    (worker,) = _plan([dict(CELERY, instances=2, rate_limit=20)], defaults=dict(DEFAULTS, fleet=fleet))
+    assert worker["rate_per_instance"] == 5.0 and worker["max_deliveries"] == 5
+    # Alone (the role used without a play around it), the host's own instances share it; a singleton counts once.
+    (alone,) = _plan([dict(CELERY, instances=3, rate_limit=10)])
+    assert alone["rate_per_instance"] == 3.333
+    beat = dict(CELERY, name="beat", singleton=True, rate_limit=2)
+    (here,) = _plan([beat], defaults=dict(DEFAULTS, fleet=[[beat], [beat], [beat]]))
+    assert here["rate_per_instance"] == 2.0
+    (unlimited,) = _plan([CELERY])
+    assert unlimited["rate_per_instance"] is None and "fleet" not in unlimited
+
+
+@pytest.mark.parametrize(
+    ("declared", "message"),
+    [
+        ({"rate_limit": 0}, r"sturdy_processes\[worker\]\.rate_limit=0: give tasks per second greater than 0"),
+        ({"max_deliveries": 0}, r"sturdy_processes\[worker\]\.max_deliveries=0: .* use 1"),
+        ({"adapter": "none", "rate_limit": 5}, r"sturdy_processes\[worker\]\.rate_limit: .* Celery workers only; "
+                                               r"adapter none has none"),
+        ({"adapter": "command", "max_deliveries": 3}, r"\.max_deliveries: .* adapter command has none"),
+    ],
+)
+def test_plan_refuses_limits_it_cannot_enforce(declared, message):
+    with pytest.raises(UnitSpecError, match=message):
+        _plan([dict(CELERY, **declared)])
