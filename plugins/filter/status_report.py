@@ -80,6 +80,8 @@ def _queue_rows(queues: dict) -> list[str]:
 
     # The dead-letter column shows once a queue reports one (dead_letter_depth from the agent's stats).
     dead = any(q.get("dead_letter_depth") is not None for q in queues.values())
+    # And the drain column once a queue's process type declares a rate_limit: how long its backlog takes at that rate.
+    limited = any(q.get("rate_limit") for q in queues.values())
     rows = []
     for name, q in sorted(queues.items()):
         oldest = duration_words(q.get("oldest_age")) if q.get("oldest_age") is not None else (
@@ -89,8 +91,11 @@ def _queue_rows(queues: dict) -> list[str]:
         row = (name, depth, oldest, consumers)
         if dead:
             row += ("-" if q.get("dead_letter_depth") is None else str(q["dead_letter_depth"]),)
+        if limited:
+            row += (f"{q['rate_limit']:g}/s, {duration_words(q['drain_seconds'])}" if q.get("rate_limit") else "-",)
         rows.append((*row, q.get("host", "")))
-    header = ("QUEUE", "DEPTH", "OLDEST", "CONSUMERS") + (("DEAD LETTERS",) if dead else ()) + ("READ ON",)
+    header = (("QUEUE", "DEPTH", "OLDEST", "CONSUMERS") + (("DEAD LETTERS",) if dead else ())
+              + (("RATE LIMIT, DRAIN",) if limited else ()) + ("READ ON",))
     return _table(header, rows)
 
 

@@ -321,32 +321,46 @@ def default_readlink(path: str) -> str | None:
         return None
 
 
-def queue_commands(plan: dict, release: str, timeout: float) -> list[tuple[dict, list[str]]]:
-    """The agent's stats command for the app's Celery process types, each queue read once (two process types may
-    share one: a queue twice would be two identical metric series, which node_exporter refuses)."""
+def agent_commands(plan: dict, release: str, command: list[str], only=None) -> list[tuple[dict, list[str]]]:
+    """The agent's `command` (stats, dead ...) for the app's Celery process types, through each type's Celery app,
+    each queue once (two process types may share one: a queue twice would be two identical metric series, which
+    node_exporter refuses). `only`: just these queues."""
     found, seen = [], set()
     for proc in plan.get("processes", []):
         if proc.get("adapter") != "celery" or not proc.get("celery_app"):
             continue
-        queues = [q for q in dict.fromkeys(proc.get("queues") or []) if q not in seen]
+        queues = [q for q in dict.fromkeys(proc.get("queues") or []) if q not in seen and (not only or q in only)]
         if not queues:
             continue
         seen.update(queues)
-        found.append(({**proc, "queues": queues}, [f"{release}/venv/bin/python", "-m", "sturdy_agent", "stats",
-                                                   "--celery-app", proc["celery_app"], "--timeout", f"{timeout:g}",
-                                                   *queues]))
+        found.append(({**proc, "queues": queues}, [f"{release}/venv/bin/python", "-m", "sturdy_agent", *command,
+                                                   "--celery-app", proc["celery_app"], *queues]))
     return found
+
+
+def queue_commands(plan: dict, release: str, timeout: float) -> list[tuple[dict, list[str]]]:
+    """The agent's stats command for the app's Celery process types (depth, oldest, consumers, dead letters)."""
+    return agent_commands(plan, release, ["stats", "--timeout", f"{timeout:g}"])
 
 
 def parse_queue_stats(proc: dict, rc: int, out: str, err: str) -> list[dict]:
     """The agent's JSON answer, or one entry per queue saying why the queues could not be read."""
     if rc == 0:
         try:
-            return json_line(out, list)
+            found = json_line(out, list)
         except AdapterError:
             pass
+        else:
+            rate = proc.get("rate_limit")
+            for q in found if rate else []:
+                # The declared rate is for the process type: how long its backlog takes to drain at most that fast.
+                q.update(rate_limit=rate, drain_seconds=round((q.get("depth") or 0) / float(rate), 1))
+            return found
     tail = " ".join((out + err).strip().splitlines()[-3:])[-400:]
     return [{"queue": q, "error": f"the agent could not read it (rc {rc}): {tail}"} for q in proc.get("queues", [])]
+
+
+DEAD_PREFIX = "sturdy.dead."
 
 
 def queue_problems(queues: list[dict], age_limit: float) -> list[str]:
@@ -366,11 +380,23 @@ def queue_problems(queues: list[dict], age_limit: float) -> list[str]:
             problems.append(f"queue {name} has {depth} message(s) waiting{oldest}{task} and no worker consumes it. "
                             "Next: are the workers up (the instances above)? Do they listen to it (-Q and "
                             "sturdy_processes[].queues)?")
-        elif q.get("oldest_age") is not None and q["oldest_age"] > age_limit:
-            problems.append(f"queue {name}: the oldest message{task} has waited {duration_words(q['oldest_age'])} "
-                            f"(more than {duration_words(age_limit)}) with {depth} waiting and "
-                            f"{len(q.get('consumers') or [])} consumer(s): the workers do not keep up. Next: more "
-                            "instances (sturdy_processes[].instances), or find the slow task in the workers' logs")
+        if q.get("dead_letter_depth"):
+            problems.append(f"queue {name} has {q['dead_letter_depth']} dead letter(s) in {DEAD_PREFIX}{name}: "
+                            "messages its workers could not run (a worker died with them each time, a task this build "
+                            "does not register, arguments the task cannot take). Next: ansible-playbook "
+                            "sturdy.workers.dead_letters lists them with their reasons; fix the cause, then requeue "
+                            "them (-e sturdy_dead_letters_action=requeue)")
+        if q.get("oldest_age") is not None and q["oldest_age"] > age_limit and q.get("consumers"):
+            waited = (f"queue {name}: the oldest message{task} has waited {duration_words(q['oldest_age'])} "
+                      f"(more than {duration_words(age_limit)}) with {depth} waiting and "
+                      f"{len(q.get('consumers') or [])} consumer(s)")
+            if q.get("rate_limit"):
+                problems.append(f"{waited}: at the declared rate_limit of {q['rate_limit']:g}/s it drains in "
+                                f"{duration_words(q['drain_seconds'])} at the soonest. Next: raise "
+                                "sturdy_processes[].rate_limit if what the tasks use can take more")
+            else:
+                problems.append(f"{waited}: the workers do not keep up. Next: more instances "
+                                "(sturdy_processes[].instances), or find the slow task in the workers' logs")
     return problems
 
 

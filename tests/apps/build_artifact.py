@@ -34,7 +34,7 @@ import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent / "shop"
-VARIANTS = ("normal", "migration-v2", "missing-worker", "crash-on-start")
+VARIANTS = ("normal", "migration-v2", "missing-worker", "crash-on-start", "refund-task")
 WHEEL_VERSION = "1.0"
 FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 # Wheel tags and Requires-Python are checked for both host Pythons (bookworm 3.11, trixie 3.13). pip
@@ -56,6 +56,7 @@ def build_app_wheel(build_id: str, variant: str, dest: Path) -> Path:
         f"BUILD_ID = {build_id!r}\n"
         f"SCHEMA_TARGET = {2 if variant == 'migration-v2' else 1}\n"
         f"CRASH_ON_START = {variant == 'crash-on-start'}\n"
+        f"REFUND_TASK = {variant == 'refund-task'}\n"
     ).encode()
     requirements = [line.strip() for line in (HERE / "requirements.txt").read_text().splitlines()
                     if line.strip() and not line.startswith("#")]

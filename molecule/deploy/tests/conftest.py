@@ -54,13 +54,14 @@ def deploy(build: str, playbook: str = "converge.yml", **extra) -> subprocess.Co
                           check=False)
 
 
-def readme_command(playbook: str, build: str = "") -> list[str]:
-    """The README's command for sturdy.workers.<playbook>, as written (a build ID in it replaced by `build`)."""
+def readme_command(playbook: str, build: str = "", having: str = "") -> list[str]:
+    """The README's (first) command for sturdy.workers.<playbook> with `having` in it, as written (a build ID in it
+    replaced by `build`)."""
     for line in README.read_text().splitlines():
-        if line.startswith(f"ansible-playbook sturdy.workers.{playbook} "):
+        if line.startswith(f"ansible-playbook sturdy.workers.{playbook} ") and having in line:
             argv = shlex.split(line, comments=True)
             return [f"sturdy_build_id={build}" if build and a.startswith("sturdy_build_id=") else a for a in argv]
-    raise AssertionError(f"README.md shows no ansible-playbook sturdy.workers.{playbook} command")
+    raise AssertionError(f"README.md shows no ansible-playbook sturdy.workers.{playbook} command {having}")
 
 
 def readme_dir() -> Path:

@@ -134,6 +134,51 @@ def test_worker_listening_to_another_queue_fails_the_real_queue_smoke():
     assert all(current(name) == B2 for name in APPS)
 
 
+def dead_letters() -> dict:
+    """The default queue's dead letters, read with the agent's client from the web host (a producer's view)."""
+    out = host("web-trixie").check_output(
+        "/usr/local/sbin/shop-task --agent dead list --celery-app shopdemo.celery default")
+    return json.loads(out.splitlines()[-1])[0]
+
+
+def dead_letters_as_readme(having: str = "") -> tuple[subprocess.CompletedProcess, dict]:
+    report_file = EPHEMERAL / "dead-letters.json"
+    report_file.unlink(missing_ok=True)
+    result = run_as_readme(readme_command("dead_letters", having=having))
+    return result, json.loads(report_file.read_text()) if report_file.exists() else {}
+
+
+def test_a_task_the_running_build_does_not_know_and_one_it_cannot_call_wait_as_dead_letters():
+    web = host("web-trixie")
+    # A producer on a newer build sends a task the workers' build 2 does not register, and one with arguments
+    # shopdemo.record cannot take; Celery alone would drop the first and fail the second.
+    web.check_output("/usr/local/sbin/shop-task --send shopdemo.refund dl-refund")
+    web.check_output("/usr/local/sbin/shop-task --send shopdemo.record dl-bad '[1, 2, 3]'")
+    got = wait_for("both messages in sturdy.dead.default", lambda: (d := dead_letters())["count"] == 2 and d, 60)
+    assert got["reasons"] == {
+        f"unknown task shopdemo.refund in build {B2}": 1,
+        f"arguments do not fit shopdemo.record in build {B2}: record() takes 2 positional arguments but 3 were given": 1,
+    }, got
+    # The README's command lists them, read-only, with no argument shown.
+    result, listed = dead_letters_as_readme()
+    assert result.returncode == 0, said(result)[-3000:]
+    assert recaps(result)["worker-bookworm"]["changed"] == 0
+    (queue,) = listed["queues"]
+    assert (queue["queue"], queue["count"], queue["tasks"]) == ("default", 2,
+                                                                {"shopdemo.refund": 1, "shopdemo.record": 1}), queue
+    assert {e["build"] for e in queue["sample"]} == {B2} and all(e["deliveries"] == 1 for e in queue["sample"])
+    assert "default: 2 dead letter(s) in sturdy.dead.default, the oldest for" in said(result)
+    assert "[1, 2, 3]" not in json.dumps(listed)
+    # Status calls it a problem, with the command to run next; the workers are fine.
+    dummy, rep = status()
+    assert rep["queues"]["default"]["dead_letter_depth"] == 2, rep["queues"]
+    assert any(p.startswith("queue default has 2 dead letter(s) in sturdy.dead.default") and
+               "ansible-playbook sturdy.workers.dead_letters" in p for p in rep["problems"]), rep["problems"]
+    assert rep["queues"]["default"]["rate_limit"] == 20
+    for name in WORKERS:
+        assert all(host(name).service(unit).is_running for unit in WORKER_UNITS)
+
+
 def test_concurrent_deploy_is_refused_by_the_lock():
     first = subprocess.Popen(deploy_cmd(B5, "converge.yml"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lock = host("worker-trixie").file("/srv/shop/.deploy.lock")
@@ -150,6 +195,34 @@ def test_concurrent_deploy_is_refused_by_the_lock():
     for name in WORKERS:
         for unit in WORKER_UNITS:
             assert report()["hosts"][name]["instances"][unit]["smoke_build"] == B5
+
+
+def test_dead_letters_requeued_after_deploying_a_build_that_knows_them_complete_and_discard_needs_its_flag():
+    web = host("web-trixie")
+    (refund,) = [e["id"] for e in dead_letters()["sample"] if e["task"] == "shopdemo.refund"]
+
+    def state(task_id):
+        out = web.check_output(f"/usr/local/sbin/shop-task --agent tasks --celery-app shopdemo.celery {task_id}")
+        return json.loads(out.splitlines()[-1])[0]["state"]
+
+    assert state(refund) == "FAILURE"
+    # Build 5 registers shopdemo.refund: requeued, it runs; the call that never fits comes back with its reason.
+    result, moved = dead_letters_as_readme("sturdy_dead_letters_action=requeue")
+    assert result.returncode == 0, said(result)[-3000:]
+    assert moved["queues"][0]["moved"] == 2, moved
+    wait_for("the requeued refund ran", lambda: state(refund) == "SUCCESS", 60)
+    back = wait_for("the bad call back in sturdy.dead.default", lambda: (d := dead_letters())["count"] == 1 and d, 60)
+    (entry,) = back["sample"]
+    assert (entry["task"], entry["requeues"], entry["build"]) == ("shopdemo.record", 1, B5), entry
+    # Discard refuses without its flag and deletes nothing; with it, the dead-letter queue is empty.
+    refused = run_as_readme([*readme_command("dead_letters", having="discard")[:-2]])
+    assert refused.returncode != 0 and "sturdy_dead_letters_confirm_discard" in said(refused), said(refused)[-2000:]
+    assert dead_letters()["count"] == 1
+    result, gone = dead_letters_as_readme("sturdy_dead_letters_confirm_discard=true")
+    assert result.returncode == 0, said(result)[-3000:]
+    assert gone["queues"][0]["moved"] == 1 and dead_letters()["count"] == 0
+    # Only the dead-letter queue was touched: the live queue still takes work.
+    assert task("web-trixie", "after-dead-letters")["build_id"] == B5
 
 
 def test_stale_lock_is_reported_with_its_owner_and_time():
@@ -432,6 +505,29 @@ def test_readme_diagnose_tells_a_crash_at_import_and_a_start_timeout_and_masks_t
         for h in (bookworm, trixie):
             h.run(f"rm -f {dropin} && systemctl daemon-reload && systemctl reset-failed {unit}; systemctl restart {unit}")
     assert task("web-trixie", "after-diagnose-crash")["build_id"] == B2
+
+
+def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drains_once_each_at_the_rate_limit():
+    # rate_limit 20/s for four instances on two hosts; max_deliveries 5 (the default). The poison task SIGKILLs the
+    # pool process that runs it, every time; it is sent after the first 1,000.
+    before = {name: {u: host(name).service(u).systemd_properties["NRestarts"] for u in WORKER_UNITS}
+              for name in WORKERS}
+    run = host("web-trixie").run("/usr/local/sbin/shop-task --flood flood 2000 1000")
+    assert run.stdout.strip(), run.stderr[-2000:]
+    flood = json.loads(run.stdout.splitlines()[-1])
+    assert (flood["done"], flood["missing"], flood["runs"]) == (2000, [], {"1": 2000}), flood
+    assert 18 <= flood["rate"] <= 22, flood
+    assert flood["poison_runs"] == 5, flood
+    got = dead_letters()
+    poison = [e for e in got["sample"] if e["id"] == flood["poison_id"]]
+    assert poison and poison[0]["deliveries"] == 6, got
+    assert poison[0]["reason"].startswith("delivered 6 times without an acknowledgement (max_deliveries=5)")
+    # The units never restarted: only the pool's children died.
+    for name in WORKERS:
+        for unit in WORKER_UNITS:
+            h = host(name)
+            assert h.service(unit).is_running
+            assert h.service(unit).systemd_properties["NRestarts"] == before[name][unit]
 
 
 def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():

@@ -743,7 +743,7 @@ def dead_letters(celery_app: str, action: str, queues: list[str], limit: int = 0
                                if props.get(k) is not None})
                     message.ack()
                     done += 1
-                entry[action + "d"] = done
+                entry["moved"] = done
                 entry["count"], channel = _depth(conn, channel, target)
             found.append(entry)
     return found

@@ -4,6 +4,7 @@ reserve one task at a time, and a short visibility timeout so lost tasks come ba
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 
@@ -52,3 +53,21 @@ def sleep(key: str, seconds: float) -> dict:
     if db.set(store.EFFECT.format(key=key), "done", nx=True):
         db.incr(store.EFFECTS_TOTAL)
     return {"key": key, "build_id": BUILD_ID, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+@app.task(name="shopdemo.poison")
+def poison(key: str) -> None:
+    """A poison message: kills the process that runs it (as a segfault or the OOM killer would), every time."""
+    store.client().incr(store.RUNS.format(key=key))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if getattr(_build, "REFUND_TASK", False):
+    # The "refund-task" variant registers a task the other builds do not know.
+
+    @app.task(name="shopdemo.refund")
+    def refund(key: str) -> dict:
+        db = store.client()
+        db.incr(store.RUNS.format(key=key))
+        db.set(store.EFFECT.format(key=key), "refunded", nx=True)
+        return {"key": key, "build_id": BUILD_ID, "host": socket.gethostname()}

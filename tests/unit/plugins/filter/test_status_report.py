@@ -69,3 +69,25 @@ def test_the_dead_letter_column_shows_only_once_a_queue_reports_one():
                for line in rep["summary"])
     assert any(line.split() == ["default", "0", "-", "1", "7", "w1"] for line in rep["summary"])
     assert any(line.split() == ["mail", "0", "-", "1", "-", "w1"] for line in rep["summary"])
+
+
+def test_dead_letters_are_a_problem_that_names_the_playbook_to_run():
+    queue = {"queue": "default", "depth": 0, "consumers": ["celery@w1"], "dead_letter_depth": 3}
+    rep = status_report({"w1": {**host("b2"), "queues": [queue]}}, "shop", 0.0)
+    (problem,) = rep["problems"]
+    assert problem.startswith("queue default has 3 dead letter(s) in sturdy.dead.default: messages its workers could "
+                              "not run")
+    assert "ansible-playbook sturdy.workers.dead_letters" in problem and "sturdy_dead_letters_action=requeue" in problem
+    assert status_report({"w1": {**host("b2"), "queues": [{**queue, "dead_letter_depth": 0}]}}, "shop",
+                         0.0)["problems"] == []
+
+
+def test_a_rate_limited_backlog_shows_its_drain_time_and_an_old_one_blames_the_limit_not_the_workers():
+    slow = {"queue": "default", "depth": 2400, "oldest_age": 900.0, "consumers": ["celery@w1"], "rate_limit": 20,
+            "drain_seconds": 120.0}
+    rep = status_report({"w1": {**host("b2"), "queues": [slow]}}, "shop", 0.0, queue_age_limit=600)
+    assert any(line.split() == ["default", "2400", "15min", "1", "20/s,", "2min", "w1"] for line in rep["summary"]), \
+        rep["summary"]
+    (problem,) = rep["problems"]
+    assert "at the declared rate_limit of 20/s it drains in 2min at the soonest" in problem
+    assert "raise sturdy_processes[].rate_limit" in problem and "do not keep up" not in problem

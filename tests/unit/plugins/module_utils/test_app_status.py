@@ -150,7 +150,7 @@ def test_a_host_without_a_release_or_units_says_to_deploy():
 def test_queue_commands_run_the_agent_once_per_queue_set_of_celery_processes():
     commands = queue_commands(PLAN, "/srv/shop/releases/b2", 1.0)
     assert commands == [(PLAN["processes"][0], ["/srv/shop/releases/b2/venv/bin/python", "-m", "sturdy_agent", "stats",
-                                                "--celery-app", "shop.celery", "--timeout", "1", "default"])]
+                                                "--timeout", "1", "--celery-app", "shop.celery", "default"])]
 
 
 def test_a_queue_two_process_types_consume_is_read_once():
@@ -172,6 +172,9 @@ def test_queue_stats_that_cannot_be_read_say_why_per_queue():
     assert parse_queue_stats(PLAN["processes"][0], 0, 'log line\n[{"queue": "default", "depth": 2}]\n', "") == [
         {"queue": "default", "depth": 2}]
     assert "check the broker" in queue_problems(got, 600)[0]
+    limited = {**PLAN["processes"][0], "rate_limit": 20}
+    assert parse_queue_stats(limited, 0, '[{"queue": "default", "depth": 50}]', "") == [
+        {"queue": "default", "depth": 50, "rate_limit": 20, "drain_seconds": 2.5}]
 
 
 def test_processes_from_a_release_outside_the_units_are_named_with_their_build_and_pids():
