@@ -507,6 +507,36 @@ def test_readme_diagnose_tells_a_crash_at_import_and_a_start_timeout_and_masks_t
     assert task("web-trixie", "after-diagnose-crash")["build_id"] == B2
 
 
+def test_a_build_that_drops_a_task_with_queued_messages_is_refused_unless_told_and_then_they_wait_as_dead_letters():
+    web = host("web-trixie")
+    for name in WORKERS:
+        host(name).check_output("systemctl stop shop-worker@1.service shop-worker@2.service")
+    try:
+        for n in range(3):
+            web.check_output(f"/usr/local/sbin/shop-task --send shopdemo.refund orphan-{n}")
+        # Build 1 does not register shopdemo.refund: the deploy stops before the migration and the switch.
+        refused = deploy(B1)
+        assert refused.returncode != 0
+        text = said(refused)
+        assert (f"Build {B1} does not register task(s) that queued messages are waiting for (shopdemo.refund: 3 "
+                "waiting in default)") in text, text[-3000:]
+        assert "sturdy_deploy_allow_orphaned_tasks=true" in text and "Nothing was switched" in text
+        assert all(current(name) == B2 for name in APPS)
+        stats = json.loads(web.check_output("/usr/local/sbin/shop-task --agent stats --celery-app shopdemo.celery "
+                                            "default").splitlines()[-1])
+        assert stats[0]["depth"] == 3, stats
+        # Told to, it deploys; build 1's workers move the three messages to the dead-letter queue with the reason.
+        result = deploy(B1, sturdy_deploy_allow_orphaned_tasks=True)
+        assert result.returncode == 0, said(result)[-3000:]
+        got = wait_for("three orphans in sturdy.dead.default", lambda: (d := dead_letters())["count"] == 3 and d, 60)
+        assert got["reasons"] == {f"unknown task shopdemo.refund in build {B1}": 3}, got
+    finally:
+        for name in WORKERS:
+            host(name).run("systemctl start shop-worker@1.service shop-worker@2.service")
+    web.check_output("/usr/local/sbin/shop-task --agent dead discard --confirm-discard --celery-app shopdemo.celery "
+                     "default")
+
+
 def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drains_once_each_at_the_rate_limit():
     # rate_limit 20/s for four instances on two hosts; max_deliveries 5 (the default). The poison task SIGKILLs the
     # pool process that runs it, every time; it is sent after the first 1,000.

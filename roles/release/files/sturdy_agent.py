@@ -27,7 +27,8 @@ STURDY_AGENT=celery; then, inside a Celery worker:
 
 `python -m sturdy_agent smoke ...` is the producer side of the smoke test, `python -m sturdy_agent stats ...` reads
 the queues (depth, oldest message, consumers), `python -m sturdy_agent health ...` asks every worker,
-`python -m sturdy_agent dead list|requeue|discard ...` handles dead letters; see main(). Standard library only, except the Celery
+`python -m sturdy_agent dead list|requeue|discard ...` handles dead letters, `registered` and `waiting` tell the task
+names a build registers and those waiting in the queues; see main(). Standard library only, except the Celery
 hooks, which import Celery from the worker's own venv.
 """
 
@@ -749,6 +750,41 @@ def dead_letters(celery_app: str, action: str, queues: list[str], limit: int = 0
     return found
 
 
+def registered(celery_app: str) -> list[str]:
+    """The task names the app registers, as its worker would see them (the app's modules and its `imports`/`include`
+    loaded, the app finalized), without starting a worker. The agent's smoke task counts: every worker has it."""
+    app = _celery_app(celery_app)
+    app.loader.import_default_modules()
+    app.finalize(auto=True)
+    return sorted(set(app.tasks.keys()) | {SMOKE_TASK})
+
+
+def waiting_tasks(celery_app: str, queues: list[str], scan: int = 200000) -> list[dict]:
+    """Per queue, how many waiting messages name each task (read without taking them: Redis only), up to `scan`
+    messages per queue; `scanned` says how many were read."""
+    app = _celery_app(celery_app)
+    found = []
+    with app.connection_for_read() as conn:
+        channel = conn.channel()
+        client = getattr(channel, "client", None)
+        for queue in queues:
+            entry = {"queue": queue, "tasks": {}, "scanned": 0}
+            if client is None or not hasattr(client, "lrange"):
+                entry["error"] = (f"the {conn.transport_cls} transport shows no waiting message without taking it, "
+                                  "so the task names waiting in it cannot be read")
+                found.append(entry)
+                continue
+            depth = client.llen(queue)
+            for start in range(0, min(depth, scan), 1000):
+                for raw in client.lrange(queue, start, min(start + 999, scan - 1)):
+                    name = str(_headers_of(raw).get("task") or "?")
+                    entry["tasks"][name] = entry["tasks"].get(name, 0) + 1
+                    entry["scanned"] += 1
+            entry["depth"] = depth
+            found.append(entry)
+    return found
+
+
 def task_states(celery_app: str, ids: list[str]) -> list[dict]:
     """Each task's state in the result backend and, on Redis, whether the broker holds it unacknowledged."""
     app = _celery_app(celery_app)
@@ -791,10 +827,22 @@ def main(argv=None) -> int:
     dead_cmd.add_argument("--limit", type=int, default=0, help="at most this many (list: 1000; else: all)")
     dead_cmd.add_argument("--confirm-discard", action="store_true", help="discard deletes them for good")
     dead_cmd.add_argument("queues", nargs="+", help="the live queues (their dead letters are in sturdy.dead.<queue>)")
+    registered_cmd = sub.add_parser("registered", help="print the task names the app registers (no worker started)")
+    registered_cmd.add_argument("--celery-app", required=True)
+    waiting_cmd = sub.add_parser("waiting", help="count the waiting messages of each queue by task name (Redis)")
+    waiting_cmd.add_argument("--celery-app", required=True)
+    waiting_cmd.add_argument("--scan", type=int, default=200000, help="read at most this many messages per queue")
+    waiting_cmd.add_argument("queues", nargs="+")
     tasks_cmd = sub.add_parser("tasks", help="print each task's state and whether the broker holds it unacknowledged")
     tasks_cmd.add_argument("--celery-app", required=True)
     tasks_cmd.add_argument("ids", nargs="+")
     args = parser.parse_args(argv)
+    if args.command == "registered":
+        print(json.dumps(registered(args.celery_app)))
+        return 0
+    if args.command == "waiting":
+        print(json.dumps(waiting_tasks(args.celery_app, args.queues, args.scan), sort_keys=True))
+        return 0
     if args.command == "dead":
         print(json.dumps(dead_letters(args.celery_app, args.action, args.queues, args.limit, args.confirm_discard),
                          sort_keys=True))

@@ -1,0 +1,154 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: task_compat
+short_description: Refuse a build that would orphan the work waiting in the queues
+version_added: 0.3.0
+author: sturdy.workers contributors (@sturdy-workers)
+extends_documentation_fragment:
+  - sturdy.workers.systemd
+  - sturdy.workers.systemd.read_only
+description:
+  - Before the switch, asks the NEW release which task names its Celery app registers (the agent imports the app as a
+    worker would, without starting one), reads which task names the messages waiting in the process types' queues
+    carry, and which names the running release registers.
+  - Fails, listing each task name with its queue and count, when messages wait for a name the new build does not
+    register (its workers would move them to the dead-letter queue), unless O(allow_orphaned).
+  - Names the running build registers and the new one drops, with nothing waiting for them, are returned as
+    C(dropped) (producers still on the old build may send them during the rollout; they end in the dead-letter queue).
+  - Waiting messages are read without taking them, on Redis; on another broker the queues are reported unread.
+  - Runs the agent from the releases with the process type's user, environment and the app's secrets, through
+    C(systemd-run). Run it on one host with the new release installed; the queues are in the broker.
+options:
+  plan:
+    description: The app plan of the build being deployed (P(sturdy.workers.app_plan#filter) with its build); its
+      C(release), C(current), C(processes) and C(secrets) are used.
+    type: dict
+    required: true
+  allow_orphaned:
+    description: Report orphaned work instead of failing.
+    type: bool
+    default: false
+requirements:
+  - systemd
+"""
+
+EXAMPLES = r"""
+- name: Refuse a build that would orphan queued work
+  sturdy.workers.task_compat:
+    plan: "{{ sturdy_app | sturdy.workers.app_plan(build_id=sturdy_build_id, processes=sturdy_processes) }}"
+  run_once: true
+"""
+
+RETURN = r"""
+processes:
+  description:
+    - Per Celery process type with queues, C(name), C(registered) (the new build's task names), C(running) (the running
+      build's, or null on a first deploy), C(waiting) (the agent's reading of each queue, C(queue), C(depth),
+      C(scanned), C(tasks) (task name to count) or C(error)), C(orphaned) (task name to queue to count) and
+      C(dropped) (names the running build registers and the new one does not).
+  returned: always
+  type: list
+  elements: dict
+orphaned:
+  description: Every orphaned task name to queue to count, over all process types.
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line, transient_argv
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import agent_commands
+from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
+
+
+def orphaned(waiting: list[dict], registered: list[str]) -> dict:
+    """Task name -> queue -> count of waiting messages the build does not register."""
+    found: dict = {}
+    for entry in waiting:
+        for name, count in (entry.get("tasks") or {}).items():
+            if name not in registered:
+                found.setdefault(name, {})[entry["queue"]] = count
+    return found
+
+
+def refusal(build: str, running: str, found: dict, running_names=None) -> str:
+    """The message of a refused deploy: every orphaned name with its queues and counts, and the ways on."""
+    work = "; ".join(f"{name}: " + ", ".join(f"{n} waiting in {q}" for q, n in sorted(queues.items()))
+                     for name, queues in sorted(found.items()))
+    known = sorted(n for n in found if n in (running_names or []))
+    if running_names is None:
+        old = ""
+    elif known:
+        old = f" The running build {running} registers {', '.join(known)}."
+    else:
+        old = f" The running build {running} does not register them either (a producer on another build sent them)."
+    return (f"Build {build} does not register task(s) that queued messages are waiting for ({work}): its workers "
+            f"would move that work to the dead-letter queue.{old} Nothing was switched. Let the running workers drain "
+            "those messages first, keep the task(s) in the new build, or set sturdy_deploy_allow_orphaned_tasks=true to "
+            "deploy anyway (the messages then wait in sturdy.dead.<queue>; the sturdy.workers.dead_letters playbook "
+            "requeues them once a build registers the task again)")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "plan": {"type": "dict", "required": True},
+            "allow_orphaned": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    plan = module.params["plan"]
+    for key in ("release", "current", "processes"):
+        if not plan.get(key):
+            module.fail_json(msg=f"plan has no {key!r}: pass the sturdy.workers.app_plan filter's output for a build")
+    systemd_run = module.get_bin_path("systemd-run")
+    if not systemd_run:
+        module.fail_json(msg="systemd-run not found: this host is not managed by systemd, which sturdy.workers needs")
+    directives = plan.get("secrets", {}).get("directives", [])
+    mask = host_masker(directives, module.run_command)
+    running = os.path.realpath(plan["current"]) if os.path.isdir(plan["current"]) else None
+
+    def agent(proc, release, argv, expect):
+        cmd = transient_argv(proc["user"], proc["group"], release, directives, proc.get("environment", {}),
+                             [f"{release}/venv/bin/python", "-m", "sturdy_agent", *argv])
+        rc, out, err = module.run_command([systemd_run, *cmd[1:]], environ_update=ENV)
+        if rc == 0:
+            try:
+                return json_line(out, expect)
+            except AdapterError:
+                pass
+        tail = " ".join((out + err).strip().splitlines()[-3:])[-600:]
+        module.fail_json(msg=mask(f"the agent in {release} could not tell the task names of {proc['name']} (rc {rc}): "
+                                  f"{tail}. Next: does the app import with this build's code and the app's secrets? "
+                                  "Nothing was switched"))
+
+    results, everything, old_names = [], {}, None
+    for proc, dummy in agent_commands(plan, plan["release"], ["waiting"]):
+        app = ["--celery-app", proc["celery_app"]]
+        new = agent(proc, plan["release"], ["registered", *app], list)
+        old = agent(proc, running, ["registered", *app], list) if running and running != plan["release"] else None
+        waiting = agent(proc, plan["release"], ["waiting", *app, *proc["queues"]], list)
+        lost = orphaned(waiting, new)
+        old_names = None if old is None else sorted(set(old_names or []) | set(old))
+        for name, queues in lost.items():
+            everything.setdefault(name, {}).update(queues)
+        results.append({"name": proc["name"], "registered": new, "running": old, "waiting": waiting, "orphaned": lost,
+                        "dropped": sorted(set(old or []) - set(new) - set(lost))})
+    result = {"changed": False, "processes": results, "orphaned": everything}
+    if everything and not module.params["allow_orphaned"]:
+        module.fail_json(msg=refusal(plan.get("build_id", "?"), os.path.basename(running or ""), everything,
+                                     old_names), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
