@@ -109,6 +109,20 @@ def json_line(text: str, kind: type):
     raise AdapterError(f"no JSON answer in the smoke command's output: {text.strip()[-300:]!r}")
 
 
+def run_agent(run, proc: dict[str, Any], release: str, directives: list[str], argv: list[str], kind: type):
+    """Run `python -m sturdy_agent <argv>` from `release` as the process type's user with the units' secret lines
+    (transient_argv; `run(cmd)` returns rc, stdout, stderr): (its JSON answer of `kind`, None) or (None, why)."""
+    cmd = transient_argv(proc["user"], proc["group"], release, directives, proc.get("environment", {}),
+                         [f"{release}/venv/bin/python", "-m", "sturdy_agent", *argv])
+    rc, out, err = run(cmd)
+    if rc == 0:
+        try:
+            return json_line(out, kind), None
+        except AdapterError:
+            pass
+    return None, f"rc {rc}: " + " ".join((out + err).strip().splitlines()[-3:])[-600:]
+
+
 def check_answer(answer: dict, expect: dict[str, Any]) -> list[str]:
     """What in a worker's answer differs from what the deploy expects (build_id, host, unit, pid, release)."""
     problems = []

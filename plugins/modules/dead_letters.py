@@ -97,7 +97,7 @@ summary:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line, transient_argv
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import run_agent
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import agent_commands, duration_words
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
@@ -154,18 +154,12 @@ def main():
     mask = host_masker(plan.get("secrets", {}).get("directives", []), module.run_command)
     found = []
     for proc, argv in agent_commands(plan, release, command, p["queues"]):
-        cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
-                             proc.get("environment", {}), argv)
-        rc, out, err = module.run_command([systemd_run, *cmd[1:]], environ_update=ENV)
-        try:
-            entries = json_line(out, list) if rc == 0 else None
-        except AdapterError:
-            entries = None
-        if entries is None:
-            tail = " ".join((out + err).strip().splitlines()[-3:])[-600:]
+        entries, why = run_agent(lambda cmd: module.run_command([systemd_run, *cmd[1:]], environ_update=ENV), proc,
+                                 release, plan.get("secrets", {}).get("directives", []), argv[3:], list)
+        if why:
             module.fail_json(msg=mask(f"the agent could not {action} the dead letters of {', '.join(proc['queues'])} "
-                                      f"(rc {rc}): {tail}. Next: check the broker and BROKER_URL in the app's "
-                                      "secrets; nothing more was done"), queues=mask(found))
+                                      f"({why}). Next: check the broker and BROKER_URL in the app's secrets; nothing "
+                                      "more was done"), queues=mask(found))
         for entry in entries:
             if action == "list" and p["action"] != "list":
                 entry["would_move"] = min(entry.get("count", 0), p["limit"] or entry.get("count", 0))

@@ -64,7 +64,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line, transient_argv
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import run_agent
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import agent_commands
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
@@ -117,26 +117,21 @@ def main():
     mask = host_masker(directives, module.run_command)
     running = os.path.realpath(plan["current"]) if os.path.isdir(plan["current"]) else None
 
-    def agent(proc, release, argv, expect):
-        cmd = transient_argv(proc["user"], proc["group"], release, directives, proc.get("environment", {}),
-                             [f"{release}/venv/bin/python", "-m", "sturdy_agent", *argv])
-        rc, out, err = module.run_command([systemd_run, *cmd[1:]], environ_update=ENV)
-        if rc == 0:
-            try:
-                return json_line(out, expect)
-            except AdapterError:
-                pass
-        tail = " ".join((out + err).strip().splitlines()[-3:])[-600:]
-        module.fail_json(msg=mask(f"the agent in {release} could not tell the task names of {proc['name']} (rc {rc}): "
-                                  f"{tail}. Next: does the app import with this build's code and the app's secrets? "
-                                  "Nothing was switched"))
+    def agent(proc, release, argv):
+        answer, why = run_agent(lambda cmd: module.run_command([systemd_run, *cmd[1:]], environ_update=ENV), proc,
+                                release, directives, argv, list)
+        if why:
+            module.fail_json(msg=mask(f"the agent in {release} could not tell the task names of {proc['name']} "
+                                      f"({why}). Next: does the app import with this build's code and the app's "
+                                      "secrets? Nothing was switched"))
+        return answer
 
     results, everything, old_names = [], {}, None
     for proc, dummy in agent_commands(plan, plan["release"], ["waiting"]):
         app = ["--celery-app", proc["celery_app"]]
-        new = agent(proc, plan["release"], ["registered", *app], list)
-        old = agent(proc, running, ["registered", *app], list) if running and running != plan["release"] else None
-        waiting = agent(proc, plan["release"], ["waiting", *app, *proc["queues"]], list)
+        new = agent(proc, plan["release"], ["registered", *app])
+        old = agent(proc, running, ["registered", *app]) if running and running != plan["release"] else None
+        waiting = agent(proc, plan["release"], ["waiting", *app, *proc["queues"]])
         lost = orphaned(waiting, new)
         old_names = None if old is None else sorted(set(old_names or []) | set(old))
         for name, queues in lost.items():

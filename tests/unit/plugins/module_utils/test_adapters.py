@@ -83,3 +83,22 @@ def test_reliability_warnings_only_for_unsafe_settings():
     assert "worker_prefetch_multiplier=4" in " ".join(reliability_warnings("u", dict(SAFE, prefetch_multiplier=4)))
     assert "redelivers a task" in " ".join(reliability_warnings("u", dict(SAFE, visibility_timeout=20)))
     assert "not below the unit's stop timeout" in " ".join(reliability_warnings("u", SAFE, stop_timeout=25))
+
+
+def test_the_agent_runs_from_the_release_as_the_units_do_and_says_why_it_gave_no_answer():
+    from ansible_collections.sturdy.workers.plugins.module_utils.adapters import run_agent
+
+    ran = []
+    proc = {"user": "shop", "group": "shop", "environment": {"A": "1"}}
+
+    def answers(cmd):
+        ran.append(cmd)
+        return 0, 'a log line\n["shop.record"]\n', ""
+
+    assert run_agent(answers, proc, "/srv/shop/releases/b2", ["LoadCredential=X:/c"], ["registered"], list) == (
+        ["shop.record"], None)
+    assert ran[0][-4:] == ["/srv/shop/releases/b2/venv/bin/python", "-m", "sturdy_agent", "registered"]
+    assert "--uid=shop" in ran[0] and "--property=LoadCredential=X:/c" in ran[0] and "--setenv=A=1" in ran[0]
+    assert run_agent(lambda cmd: (1, "", "ImportError: no module shop\n"), proc, "/r", [], ["x"], list) == (
+        None, "rc 1: ImportError: no module shop")
+    assert run_agent(lambda cmd: (0, "not json\n", ""), proc, "/r", [], ["x"], list) == (None, "rc 0: not json")
