@@ -14,7 +14,8 @@ checksum. Variants for tests:
     normal          the app
     migration-v2    a new migration (schema 2)
     missing-worker  a release without bin/shop-worker
-    crash-on-start  a worker that dies at import
+    crash-on-start  a worker that dies at import in the app's units (it imports elsewhere)
+    refund-task     the app plus a task (shopdemo.refund) the other builds do not register
 """
 
 from __future__ import annotations

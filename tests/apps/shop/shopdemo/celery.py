@@ -13,9 +13,11 @@ from celery import Celery
 from shopdemo import _build, store
 from shopdemo.settings import BUILD_ID, broker_url, visibility_timeout
 
-if _build.CRASH_ON_START or os.environ.get("SHOP_CRASH_ON_IMPORT") == "1":
+if (_build.CRASH_ON_START and os.environ.get("STURDY_INSTANCE")) or os.environ.get("SHOP_CRASH_ON_IMPORT") == "1":
     # The "crashes on start" variant (or a unit given SHOP_CRASH_ON_IMPORT=1): a worker that dies at import, as a bad
-    # release does, printing its broker URL as careless code does (the collection must mask the password).
+    # release does, printing its broker URL as careless code does (the collection must mask the password). The variant
+    # dies in the app's units only (STURDY_INSTANCE), as code that fails on something only a running instance meets:
+    # an app that does not import at all is refused earlier, by the deploy's task-name check, before any switch.
     raise RuntimeError(f"build {BUILD_ID} is broken on purpose (crash-on-start variant), broker {broker_url()}")
 # SHOP_SLOW_START=<seconds>: a worker that takes that long to import (for a start timeout).
 time.sleep(float(os.environ.get("SHOP_SLOW_START") or 0))
