@@ -321,26 +321,24 @@ def default_readlink(path: str) -> str | None:
         return None
 
 
-def agent_commands(plan: dict, release: str, command: list[str], only=None) -> list[tuple[dict, list[str]]]:
-    """The agent's `command` (stats, dead ...) for the app's Celery process types, through each type's Celery app,
-    each queue once (two process types may share one: a queue twice would be two identical metric series, which
-    node_exporter refuses). `only`: just these queues."""
+def queue_groups(plan: dict, only=None) -> list[dict]:
+    """The app's Celery process types, each with the queues it is the first to name (two process types may share
+    one: a queue twice would be two identical metric series, which node_exporter refuses). `only`: just these."""
     found, seen = [], set()
     for proc in plan.get("processes", []):
         if proc.get("adapter") != "celery" or not proc.get("celery_app"):
             continue
         queues = [q for q in dict.fromkeys(proc.get("queues") or []) if q not in seen and (not only or q in only)]
-        if not queues:
-            continue
-        seen.update(queues)
-        found.append(({**proc, "queues": queues}, [f"{release}/venv/bin/python", "-m", "sturdy_agent", *command,
-                                                   "--celery-app", proc["celery_app"], *queues]))
+        if queues:
+            seen.update(queues)
+            found.append({**proc, "queues": queues})
     return found
 
 
 def queue_commands(plan: dict, release: str, timeout: float) -> list[tuple[dict, list[str]]]:
     """The agent's stats command for the app's Celery process types (depth, oldest, consumers, dead letters)."""
-    return agent_commands(plan, release, ["stats", "--timeout", f"{timeout:g}"])
+    return [(proc, [f"{release}/venv/bin/python", "-m", "sturdy_agent", "stats", "--timeout", f"{timeout:g}",
+                    "--celery-app", proc["celery_app"], *proc["queues"]]) for proc in queue_groups(plan)]
 
 
 def parse_queue_stats(proc: dict, rc: int, out: str, err: str) -> list[dict]:

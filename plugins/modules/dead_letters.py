@@ -98,7 +98,7 @@ summary:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.adapters import run_agent
-from ansible_collections.sturdy.workers.plugins.module_utils.app_status import agent_commands, duration_words
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import duration_words, queue_groups
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
 
@@ -139,7 +139,7 @@ def main():
                              "(sturdy_dead_letters_confirm_discard=true in the dead_letters playbook)")
     if p["limit"] < 0:
         module.fail_json(msg=f"limit={p['limit']}: give 0 (all) or a positive count")
-    known = {q for proc in plan["processes"] if proc.get("adapter") == "celery" for q in proc.get("queues") or []}
+    known = {q for proc in queue_groups(plan) for q in proc["queues"]}
     unknown = [q for q in p["queues"] if q not in known]
     if unknown:
         module.fail_json(msg=f"queues {', '.join(unknown)} belong to no celery process type of the app (its queues: "
@@ -153,9 +153,10 @@ def main():
     command += ["--confirm-discard"] if action == "discard" else []
     mask = host_masker(plan.get("secrets", {}).get("directives", []), module.run_command)
     found = []
-    for proc, argv in agent_commands(plan, release, command, p["queues"]):
+    for proc in queue_groups(plan, p["queues"]):
         entries, why = run_agent(lambda cmd: module.run_command([systemd_run, *cmd[1:]], environ_update=ENV), proc,
-                                 release, plan.get("secrets", {}).get("directives", []), argv[3:], list)
+                                 release, plan.get("secrets", {}).get("directives", []),
+                                 [*command, "--celery-app", proc["celery_app"], *proc["queues"]], list)
         if why:
             module.fail_json(msg=mask(f"the agent could not {action} the dead letters of {', '.join(proc['queues'])} "
                                       f"({why}). Next: check the broker and BROKER_URL in the app's secrets; nothing "

@@ -65,7 +65,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.adapters import run_agent
-from ansible_collections.sturdy.workers.plugins.module_utils.app_status import agent_commands
+from ansible_collections.sturdy.workers.plugins.module_utils.app_status import queue_groups
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
 
@@ -117,9 +117,9 @@ def main():
     mask = host_masker(directives, module.run_command)
     running = os.path.realpath(plan["current"]) if os.path.isdir(plan["current"]) else None
 
-    def agent(proc, release, argv):
+    def agent(proc, release, queues):
         answer, why = run_agent(lambda cmd: module.run_command([systemd_run, *cmd[1:]], environ_update=ENV), proc,
-                                release, directives, argv, list)
+                                release, directives, ["names", "--celery-app", proc["celery_app"], *queues], dict)
         if why:
             module.fail_json(msg=mask(f"the agent in {release} could not tell the task names of {proc['name']} "
                                       f"({why}). Next: does the app import with this build's code and the app's "
@@ -127,13 +127,13 @@ def main():
         return answer
 
     results, everything, old_names = [], {}, None
-    for proc, dummy in agent_commands(plan, plan["release"], ["waiting"]):
-        app = ["--celery-app", proc["celery_app"]]
-        new = agent(proc, plan["release"], ["registered", *app])
-        old = agent(proc, running, ["registered", *app]) if running and running != plan["release"] else None
-        waiting = agent(proc, plan["release"], ["waiting", *app, *proc["queues"]])
+    for proc in queue_groups(plan):
+        found = agent(proc, plan["release"], proc["queues"])
+        new, waiting = found["registered"], found["waiting"]
+        old = agent(proc, running, [])["registered"] if running and running != plan["release"] else None
         lost = orphaned(waiting, new)
-        old_names = None if old is None else sorted(set(old_names or []) | set(old))
+        if old is not None:
+            old_names = sorted(set(old_names or []) | set(old))
         for name, queues in lost.items():
             everything.setdefault(name, {}).update(queues)
         results.append({"name": proc["name"], "registered": new, "running": old, "waiting": waiting, "orphaned": lost,

@@ -27,8 +27,8 @@ STURDY_AGENT=celery; then, inside a Celery worker:
 
 `python -m sturdy_agent smoke ...` is the producer side of the smoke test, `python -m sturdy_agent stats ...` reads
 the queues (depth, oldest message, consumers), `python -m sturdy_agent health ...` asks every worker,
-`python -m sturdy_agent dead list|requeue|discard ...` handles dead letters, `registered` and `waiting` tell the task
-names a build registers and those waiting in the queues; see main(). Standard library only, except the Celery
+`python -m sturdy_agent dead list|requeue|discard ...` handles dead letters, `names` tells the task names a build
+registers and those waiting in the queues; see main(). Standard library only, except the Celery
 hooks, which import Celery from the worker's own venv.
 """
 
@@ -446,26 +446,18 @@ class Gate:
             self.wake = self.consumer.timer.call_after(max(self.bucket.expected_time(1), 0.001), self.pace,
                                                        (pass_gate, True), priority=6)
 
-    def on_unknown_task(self, original):
-        def unknown(body, message, exc):
+    def before_reject(self, original, reason):
+        """Wrap a Consumer handler that rejects a message (Celery deletes it on Redis): a copy goes to the
+        dead-letter queue first, with reason(message, exc)."""
+        def copy_then_reject(body, message, exc):
             try:
-                name = (message.headers or {}).get("task") or "?"
-                self.dead_letter(message, f"unknown task {name} in build {self.build}", 1)
+                self.dead_letter(message, reason(message, exc), 1)
             except Exception as err:  # pylint: disable=broad-exception-caught  # Celery still logs and rejects it
-                self.log.error("sturdy_agent: could not move the unknown task to its dead-letter queue: %s", err)
+                self.log.error("sturdy_agent: could not move %s to its dead-letter queue: %s",
+                               (message.headers or {}).get("id"), err)
             return original(body, message, exc)
 
-        return unknown
-
-    def on_invalid_task(self, original):
-        def invalid(body, message, exc):
-            try:
-                self.dead_letter(message, f"invalid message in build {self.build}: {exc}", 1)
-            except Exception as err:  # pylint: disable=broad-exception-caught  # Celery still logs and rejects it
-                self.log.error("sturdy_agent: could not move the invalid message to its dead-letter queue: %s", err)
-            return original(body, message, exc)
-
-        return invalid
+        return copy_then_reject
 
 
 def install_gate(consumer) -> None:
@@ -473,8 +465,11 @@ def install_gate(consumer) -> None:
     (celeryd_after_setup is sent when the worker starts, before its consumer does)."""
     gate = _STATE["gate"] = Gate(consumer)
     consumer.on_task_request = gate.on_task_request(consumer.on_task_request)
-    consumer.on_unknown_task = gate.on_unknown_task(consumer.on_unknown_task)
-    consumer.on_invalid_task = gate.on_invalid_task(consumer.on_invalid_task)
+    consumer.on_unknown_task = gate.before_reject(
+        consumer.on_unknown_task,
+        lambda message, exc: f"unknown task {(message.headers or {}).get('task') or '?'} in build {gate.build}")
+    consumer.on_invalid_task = gate.before_reject(
+        consumer.on_invalid_task, lambda message, exc: f"invalid message in build {gate.build}: {exc}")
 
 
 def install_celery_hooks() -> None:
@@ -827,21 +822,19 @@ def main(argv=None) -> int:
     dead_cmd.add_argument("--limit", type=int, default=0, help="at most this many (list: 1000; else: all)")
     dead_cmd.add_argument("--confirm-discard", action="store_true", help="discard deletes them for good")
     dead_cmd.add_argument("queues", nargs="+", help="the live queues (their dead letters are in sturdy.dead.<queue>)")
-    registered_cmd = sub.add_parser("registered", help="print the task names the app registers (no worker started)")
-    registered_cmd.add_argument("--celery-app", required=True)
-    waiting_cmd = sub.add_parser("waiting", help="count the waiting messages of each queue by task name (Redis)")
-    waiting_cmd.add_argument("--celery-app", required=True)
-    waiting_cmd.add_argument("--scan", type=int, default=200000, help="read at most this many messages per queue")
-    waiting_cmd.add_argument("queues", nargs="+")
+    names_cmd = sub.add_parser("names", help="print the task names the app registers (no worker started) and, per "
+                                             "queue, the task names of its waiting messages (Redis)")
+    names_cmd.add_argument("--celery-app", required=True)
+    names_cmd.add_argument("--scan", type=int, default=200000, help="read at most this many messages per queue")
+    names_cmd.add_argument("queues", nargs="*")
     tasks_cmd = sub.add_parser("tasks", help="print each task's state and whether the broker holds it unacknowledged")
     tasks_cmd.add_argument("--celery-app", required=True)
     tasks_cmd.add_argument("ids", nargs="+")
     args = parser.parse_args(argv)
-    if args.command == "registered":
-        print(json.dumps(registered(args.celery_app)))
-        return 0
-    if args.command == "waiting":
-        print(json.dumps(waiting_tasks(args.celery_app, args.queues, args.scan), sort_keys=True))
+    if args.command == "names":
+        # One import of the app for both: the deploy asks this of every new release.
+        print(json.dumps({"registered": registered(args.celery_app),
+                          "waiting": waiting_tasks(args.celery_app, args.queues, args.scan)}, sort_keys=True))
         return 0
     if args.command == "dead":
         print(json.dumps(dead_letters(args.celery_app, args.action, args.queues, args.limit, args.confirm_discard),
