@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import json
 import os
 import socket
@@ -44,6 +45,7 @@ import time
 import uuid
 
 SMOKE_TASK = "sturdy.smoke"
+SMOKE_PREFIX = "sturdy.smoke."
 SENT_HEADER = "sturdy_sent"
 RELEASE_FILE = "RELEASE.json"
 _STATE: dict = {}
@@ -64,7 +66,15 @@ def notify(message: str) -> bool:
 
 def smoke_queue(app: str, process: str, instance: str, host: str | None = None) -> str:
     """The queue only one instance consumes: sturdy.smoke.<app>-<process>@<instance>.<host>."""
-    return f"sturdy.smoke.{app}-{process}@{instance}.{host or socket.gethostname()}"
+    return f"{SMOKE_PREFIX}{app}-{process}@{instance}.{host or socket.gethostname()}"
+
+
+def smoke_queue_entity(name: str):
+    """The smoke queue as both sides declare it: a plain durable queue on the default exchange, whatever type the
+    app gives its own queues (RabbitMQ refuses a queue declared twice with different arguments)."""
+    from kombu import Queue  # pylint: disable=import-outside-toplevel
+
+    return Queue(name, routing_key=name)
 
 
 def own_smoke_queue(environ=None) -> str | None:
@@ -261,14 +271,42 @@ def dead_headers(headers: dict, reason: str, queue: str, deliveries, build, host
 
 def requeue_headers(headers: dict) -> dict:
     """A dead letter's headers as it goes back to its queue: counted afresh, the dead-letter marks removed."""
-    fresh = {k: v for k, v in headers.items() if not k.startswith(DEAD) and k != "redelivered"}
+    fresh = {k: v for k, v in headers.items()
+             if not k.startswith((DEAD, "x-death", "x-first-death", "x-last-death", "x-delivery-count"))
+             and k != "redelivered"}
     fresh[REQUEUES] = int(headers.get(REQUEUES) or 0) + 1
     return fresh
+
+
+BROKER_DEATHS = {
+    "delivery_limit": "delivered more times than the queue's delivery-limit allows (RabbitMQ dead-lettered it: the "
+                      "consumer that took it had no sturdy agent)",
+    "rejected": "rejected without requeue by its consumer (RabbitMQ dead-lettered it)",
+    "expired": "expired in its queue (RabbitMQ dead-lettered it)",
+    "maxlen": "dropped by its queue's length limit (RabbitMQ dead-lettered it)",
+}
+
+
+def broker_death(headers: dict) -> dict:
+    """A message the broker dead-lettered itself (RabbitMQ's x-death) in the agent's own terms."""
+    deaths = headers.get("x-death") or []
+    if headers.get(DEAD + "reason") or not deaths or not isinstance(deaths[0], dict):
+        return headers
+    first = deaths[0]
+    at = first.get("time")
+    view = dict(headers)
+    view.update({DEAD + "reason": BROKER_DEATHS.get(str(first.get("reason")), f"dead-lettered by the broker: "
+                                                                              f"{first.get('reason')}"),
+                 DEAD + "queue": first.get("queue"), DEAD + "deliveries": headers.get("x-delivery-count"),
+                 # py-amqp decodes the AMQP timestamp as a naive UTC datetime.
+                 DEAD + "at": at.replace(tzinfo=datetime.timezone.utc).timestamp() if hasattr(at, "replace") else at})
+    return view
 
 
 def describe_dead(headers_list: list[dict], now: float, sample: int = 5) -> dict:
     """What an operator needs about a dead-letter queue: count, reasons, tasks, oldest, a few entries. Never the
     arguments (they can hold personal data or secrets): names, ids, reasons and times only."""
+    headers_list = [broker_death(h) for h in headers_list]
     reasons: dict[str, int] = {}
     tasks: dict[str, int] = {}
     times = []
@@ -394,6 +432,20 @@ class Gate:
                        "or the sturdy.workers.dead_letters playbook, lists and requeues it)",
                        headers.get("task"), headers.get("id"), target, reason)
 
+    def declare_dead_letter_queues(self) -> None:
+        """Declare the dead-letter queue of every queue this worker consumes, before it takes a message: a broker that
+        dead-letters by itself (a RabbitMQ policy's delivery-limit) drops a message whose dead-letter queue is missing."""
+        from kombu import Queue  # pylint: disable=import-outside-toplevel
+
+        names = [q for q in (self.app.amqp.queues.consume_from or self.app.amqp.queues)
+                 if not q.startswith(SMOKE_PREFIX) and not q.startswith(DEAD_PREFIX)]
+        try:
+            channel = self.connection().default_channel
+            for name in names:
+                Queue(dead_letter_queue(name), routing_key=dead_letter_queue(name)).declare(channel=channel)
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # the gate declares it again on first use
+            self.log.warning("sturdy_agent: could not declare the dead-letter queues of %s: %s", ", ".join(names), exc)
+
     def on_task_request(self, handoff):
         from celery.worker import state as worker_state  # pylint: disable=import-outside-toplevel
 
@@ -448,16 +500,35 @@ class Gate:
 
     def before_reject(self, original, reason):
         """Wrap a Consumer handler that rejects a message (Celery deletes it on Redis): a copy goes to the
-        dead-letter queue first, with reason(message, exc)."""
+        dead-letter queue first, with reason(message, exc), and the original is then acknowledged rather than rejected
+        (a RabbitMQ dead-letter policy would otherwise add a second copy, without the reason). When no copy could be
+        made, the handler rejects it as Celery does (and such a policy still keeps it)."""
         def copy_then_reject(body, message, exc):
             try:
                 self.dead_letter(message, reason(message, exc), 1)
             except Exception as err:  # pylint: disable=broad-exception-caught  # Celery still logs and rejects it
                 self.log.error("sturdy_agent: could not move %s to its dead-letter queue: %s",
                                (message.headers or {}).get("id"), err)
-            return original(body, message, exc)
+                return original(body, message, exc)
+            return original(body, _AckOnReject(message), exc)
 
         return copy_then_reject
+
+
+class _AckOnReject:
+    """A message whose reject acknowledges it: its dead-letter copy is already made."""
+
+    def __init__(self, message):
+        self._message = message
+
+    def __getattr__(self, name):
+        return getattr(self._message, name)
+
+    def reject_log_error(self, logger, errors, requeue=False):  # pylint: disable=unused-argument
+        return self._message.ack_log_error(logger, errors)
+
+    def reject(self, requeue=False):  # pylint: disable=unused-argument
+        return self._message.ack()
 
 
 def install_gate(consumer) -> None:
@@ -484,7 +555,7 @@ def install_celery_hooks() -> None:
             prune_task_records(os.path.dirname(record), time.time())
         queue = own_smoke_queue()
         if queue:
-            app.amqp.queues.select_add(queue)
+            app.amqp.queues.select_add(smoke_queue_entity(queue))
 
         @app.task(name=SMOKE_TASK, bind=True, acks_late=False, ignore_result=False)
         def smoke(task, token):
@@ -496,6 +567,8 @@ def install_celery_hooks() -> None:
             install_gate(instance.consumer)
 
     def ready(sender=None, **_):
+        if _STATE.get("gate") is not None:
+            _STATE["gate"].declare_dead_letter_queues()
         notify(f"READY=1\nSTATUS=consuming ({_STATE.get('node')})")
         usec = int(os.environ.get("WATCHDOG_USEC") or 0)
         timer = getattr(sender, "timer", None)
@@ -598,7 +671,9 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
         token = uuid.uuid4().hex
         started = time.monotonic()
         # expires: a job nobody took in time is dropped instead of answering a later deploy.
-        result = app.send_task(SMOKE_TASK, args=[token], queue=queue, expires=timeout)
+        # A real queue is named as the app routes it; an instance's smoke queue is declared as its worker declares it.
+        destination = smoke_queue_entity(queue) if queue.startswith(SMOKE_PREFIX) else queue
+        result = app.send_task(SMOKE_TASK, args=[token], queue=destination, expires=timeout)
         sent.append((queue, token, started, result))
     deadline = time.monotonic() + timeout
     found = []
@@ -719,12 +794,24 @@ def dead_letters(celery_app: str, action: str, queues: list[str], limit: int = 0
                     channel = conn.channel()
                 entry["count"] = depth
             else:
+                declare = [Queue(source, routing_key=source)]
+                if action == "requeue" and depth and conn.transport.driver_type == "amqp":
+                    # Not declared on RabbitMQ: the app declares its queues there with arguments (a quorum type) that a
+                    # plain declaration would contradict; and a message sent to a queue that does not exist is lost.
+                    declare = []
+                    try:
+                        channel.queue_declare(queue=source, passive=True)
+                    except Exception as exc:  # pylint: disable=broad-exception-caught  # NOT_FOUND, named below
+                        raise SystemExit(f"sturdy_agent: queue {source} does not exist on the broker ({exc}); start "
+                                         "its workers (they declare it), then requeue its dead letters") from exc
                 done = 0
                 producer = Producer(channel)
                 # Only what is there now: a requeued message that dies again comes back behind them.
                 limit = min(limit, depth) if limit else depth
+                source_queue = Queue(target, routing_key=target)(channel)
                 while done < limit:
-                    message = channel.basic_get(target, no_ack=False)
+                    # Through kombu (not the channel): a message that acknowledges itself on every transport.
+                    message = source_queue.get(no_ack=False)
                     if message is None:
                         break
                     if action == "requeue":
@@ -732,7 +819,7 @@ def dead_letters(celery_app: str, action: str, queues: list[str], limit: int = 0
                         back = headers.get(DEAD + "queue") or source
                         props = message.properties or {}
                         producer.publish(
-                            message.body, exchange="", routing_key=back, declare=[Queue(back, routing_key=back)],
+                            message.body, exchange="", routing_key=back, declare=declare if back == source else [],
                             content_type=message.content_type, content_encoding=message.content_encoding,
                             headers=requeue_headers(headers),
                             **{k: props[k] for k in ("correlation_id", "reply_to", "priority")
@@ -765,8 +852,11 @@ def waiting_tasks(celery_app: str, queues: list[str], scan: int = 200000) -> lis
         for queue in queues:
             entry = {"queue": queue, "tasks": {}, "scanned": 0}
             if client is None or not hasattr(client, "lrange"):
-                entry["error"] = (f"the {conn.transport_cls} transport shows no waiting message without taking it, "
-                                  "so the task names waiting in it cannot be read")
+                # RabbitMQ hands a message out only as a delivery, which a quorum queue counts towards its
+                # delivery-limit: the names are left unread, the depth is told.
+                entry["error"] = (f"the {conn.transport.driver_type} broker shows no waiting message without "
+                                  "delivering it, so the task names waiting in it are not read")
+                entry["depth"], channel = _depth(conn, channel, queue)
                 found.append(entry)
                 continue
             depth = client.llen(queue)
@@ -834,6 +924,7 @@ def main(argv=None) -> int:
     if args.command == "names":
         # One import of the app for both: the deploy asks this of every new release.
         print(json.dumps({"registered": registered(args.celery_app),
+                          "transport": _celery_app(args.celery_app).connection_for_read().transport.driver_type,
                           "waiting": waiting_tasks(args.celery_app, args.queues, args.scan)}, sort_keys=True))
         return 0
     if args.command == "dead":

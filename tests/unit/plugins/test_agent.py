@@ -161,6 +161,58 @@ def test_a_dead_letter_listing_counts_reasons_and_never_shows_arguments(agent):
     assert agent.describe_dead([], 100.0) == {"count": 0, "reasons": {}, "tasks": {}, "oldest_age": None, "sample": []}
 
 
+def test_a_message_rabbitmq_dead_lettered_itself_is_listed_with_why_and_goes_back_without_its_death(agent):
+    import datetime
+
+    at = datetime.datetime(2026, 12, 2, 14, 2, 25)  # py-amqp: a naive UTC datetime
+    headers = {"id": "t9", "task": "shop.poison", "x-delivery-count": 5, "x-first-death-queue": "default",
+               "x-first-death-reason": "delivery_limit",
+               "x-death": [{"count": 1, "reason": "delivery_limit", "queue": "default", "time": at}]}
+    got = agent.describe_dead([headers], at.replace(tzinfo=datetime.timezone.utc).timestamp() + 30)
+    assert got["sample"][0]["reason"].startswith("delivered more times than the queue's delivery-limit allows")
+    assert got["sample"][0]["deliveries"] == 5 and got["sample"][0]["age"] == 30.0 and got["oldest_age"] == 30.0
+    # Our own reason wins over the broker's record of the same message.
+    ours = dict(headers, sturdy_dead_reason="unknown task shop.poison in build b7")
+    assert agent.describe_dead([ours], 0.0)["reasons"] == {"unknown task shop.poison in build b7": 1}
+    assert agent.requeue_headers(headers) == {"id": "t9", "task": "shop.poison", "sturdy_requeues": 1}
+
+
+def test_a_message_copied_to_the_dead_letter_queue_is_acknowledged_not_rejected(agent):
+    """Rejected, a RabbitMQ dead-letter policy would make a second copy (without the reason); a failed copy is
+    rejected as Celery does."""
+    calls = []
+
+    class Message:
+        headers = {"id": "t1", "task": "shop.gone"}
+
+        def ack_log_error(self, logger, errors):
+            calls.append("ack")
+
+        def reject_log_error(self, logger, errors, requeue=False):
+            calls.append("reject")
+
+    class Gate(agent.Gate):
+        def __init__(self, fail):  # pylint: disable=super-init-not-called
+            self.fail, self.log = fail, None
+
+        def dead_letter(self, message, reason, deliveries):
+            if self.fail:
+                raise OSError("broker gone")
+            calls.append(f"copy: {reason}")
+
+    def celery_handler(body, message, exc):
+        assert message.headers["task"] == "shop.gone"
+        message.reject_log_error(None, ())
+
+    Gate(False).before_reject(celery_handler, lambda m, e: "unknown task")(None, Message(), None)
+    assert calls == ["copy: unknown task", "ack"]
+    calls.clear()
+    gate = Gate(True)
+    gate.log = type("Log", (), {"error": lambda *a: calls.append("logged")})()
+    gate.before_reject(celery_handler, lambda m, e: "unknown task")(None, Message(), None)
+    assert calls == ["logged", "reject"]
+
+
 def test_arguments_are_checked_as_celery_checks_them_at_the_producer(agent):
     class Task:
         typing = True

@@ -11,7 +11,7 @@ import time
 from celery import Celery
 
 from shopdemo import _build, store
-from shopdemo.settings import BUILD_ID, broker_url, visibility_timeout
+from shopdemo.settings import BUILD_ID, broker_url, result_url, visibility_timeout
 
 if (_build.CRASH_ON_START and os.environ.get("STURDY_INSTANCE")) or os.environ.get("SHOP_CRASH_ON_IMPORT") == "1":
     # The "crashes on start" variant (or a unit given SHOP_CRASH_ON_IMPORT=1): a worker that dies at import, as a bad
@@ -22,7 +22,11 @@ if (_build.CRASH_ON_START and os.environ.get("STURDY_INSTANCE")) or os.environ.g
 # SHOP_SLOW_START=<seconds>: a worker that takes that long to import (for a start timeout).
 time.sleep(float(os.environ.get("SHOP_SLOW_START") or 0))
 
-app = Celery("shopdemo", broker=broker_url(), backend=broker_url())
+app = Celery("shopdemo", broker=broker_url(), backend=result_url())
+if broker_url().startswith(("amqp", "pyamqp")):
+    # On RabbitMQ the queues are quorum queues: the broker counts deliveries there (classic queues do not), which the
+    # delivery ceiling needs. The web and the workers declare them alike.
+    app.conf.update(task_default_queue_type="quorum", task_create_missing_queue_type="quorum")
 app.conf.update(
     task_acks_late=True,
     task_reject_on_worker_lost=True,

@@ -27,6 +27,15 @@ def broker_url() -> str:
     return secret("BROKER_URL")
 
 
+def result_url() -> str:
+    """Where results and the app's own records live: RESULT_URL (a Redis URL) when the broker is RabbitMQ, else the
+    broker's Redis."""
+    directory = os.environ.get("CREDENTIALS_DIRECTORY")
+    if os.environ.get("RESULT_URL") or (directory and (Path(directory) / "RESULT_URL").is_file()):
+        return secret("RESULT_URL")
+    return broker_url()
+
+
 def visibility_timeout() -> int:
     # Short in tests: a task lost with its worker comes back after this many seconds.
     return int(os.environ.get("SHOP_VISIBILITY_TIMEOUT", "30"))

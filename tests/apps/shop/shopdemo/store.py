@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from shopdemo.settings import broker_url
+from shopdemo.settings import result_url
 
 EFFECT = "shop:effect:{key}"
 RUNS = "shop:runs:{key}"
@@ -13,4 +13,4 @@ SCHEMA = "shop:schema_version"
 
 
 def client() -> redis.Redis:
-    return redis.Redis.from_url(broker_url(), decode_responses=True)
+    return redis.Redis.from_url(result_url(), decode_responses=True)
