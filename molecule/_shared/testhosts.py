@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import testinfra
 import testinfra.utils.ansible_runner
 
 
@@ -31,3 +34,32 @@ def on_mitogen(env: dict[str, str]) -> dict[str, str]:
     Python per host across tasks: what the deploy and release scenarios set in their molecule.yml, for tools/bench.py.
     The worker scenario and the README commands stay on the stock strategy and connection."""
     return dict(env, ANSIBLE_STRATEGY="sturdy_mitogen_linear", ANSIBLE_STRATEGY_PLUGINS=str(Path(__file__).parent / "strategy"))
+
+
+def host(name: str):
+    return testinfra.get_host(f"podman://{name}")
+
+
+def said(result: subprocess.CompletedProcess) -> str:
+    """The play's output with whitespace collapsed: the yaml callback wraps long messages."""
+    return " ".join((result.stdout + result.stderr).split())
+
+
+def recaps(result: subprocess.CompletedProcess) -> dict[str, dict[str, int]]:
+    found = {}
+    for line in result.stdout.splitlines():
+        if " : ok=" in line:
+            name, rest = line.split(" : ", 1)
+            found[name.strip()] = {k: int(v) for k, v in (pair.split("=") for pair in rest.split())}
+    return found
+
+
+def wait_for(what: str, probe, timeout: float = 90):
+    """probe() until it returns something true; fail naming `what` and the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
+        time.sleep(2)

@@ -20,7 +20,9 @@ description:
     register (its workers would move them to the dead-letter queue), unless O(allow_orphaned).
   - Names the running build registers and the new one drops, with nothing waiting for them, are returned as
     C(dropped) (producers still on the old build may send them during the rollout; they end in the dead-letter queue).
-  - Waiting messages are read without taking them, on Redis; on another broker the queues are reported unread.
+  - Waiting messages are read without taking them, on Redis. RabbitMQ shows a message only by delivering it (which a
+    quorum queue counts towards its delivery-limit), so there a queue is left unread, and a name the running build
+    registers and the new one drops, while that queue holds messages, is refused as C(unread) with the queue's depth.
   - Runs the agent from the releases with the process type's user, environment and the app's secrets, through
     C(systemd-run). Run it on one host with the new release installed; the queues are in the broker.
 options:
@@ -49,13 +51,19 @@ processes:
   description:
     - Per Celery process type with queues, C(name), C(registered) (the new build's task names), C(running) (the running
       build's, or null on a first deploy), C(waiting) (the agent's reading of each queue, C(queue), C(depth),
-      C(scanned), C(tasks) (task name to count) or C(error)), C(orphaned) (task name to queue to count) and
-      C(dropped) (names the running build registers and the new one does not).
+      C(scanned), C(tasks) (task name to count) or C(error)), C(orphaned) (task name to queue to count), C(unread)
+      (as the top-level one), C(transport) (the broker's kind, C(redis) or C(amqp)) and C(dropped) (names the
+      running build registers and the new one does not).
   returned: always
   type: list
   elements: dict
 orphaned:
   description: Every orphaned task name to queue to count, over all process types.
+  returned: always
+  type: dict
+unread:
+  description: On a broker whose waiting messages are not read (RabbitMQ), every task name the running build registers
+    and the new one drops, to each queue holding messages, to that queue's depth.
   returned: always
   type: dict
 """
@@ -70,28 +78,41 @@ from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import 
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
 
 
-def orphaned(waiting: list[dict], registered: list[str]) -> dict:
-    """Task name -> queue -> count of waiting messages the build does not register."""
+def orphaned(waiting: list[dict], registered: list[str], running=None) -> tuple[dict, dict]:
+    """(read, unread): task name -> queue -> count of waiting messages the build does not register, as read; and for
+    a queue whose messages cannot be read (RabbitMQ), each name the running build registers and the new one drops ->
+    queue -> the queue's depth (those messages may be for it)."""
     found: dict = {}
+    unread: dict = {}
+    dropped = sorted(set(running or []) - set(registered))
     for entry in waiting:
         for name, count in (entry.get("tasks") or {}).items():
             if name not in registered:
                 found.setdefault(name, {})[entry["queue"]] = count
-    return found
+        if entry.get("error") and entry.get("depth"):
+            for name in dropped:
+                unread.setdefault(name, {})[entry["queue"]] = entry["depth"]
+    return found, unread
 
 
-def refusal(build: str, running: str, found: dict, running_names=None) -> str:
+def refusal(build: str, running: str, found: dict, running_names=None, unread=None) -> str:
     """The message of a refused deploy: every orphaned name with its queues and counts, and the ways on."""
-    work = "; ".join(f"{name}: " + ", ".join(f"{n} waiting in {q}" for q, n in sorted(queues.items()))
-                     for name, queues in sorted(found.items()))
+    work = "; ".join([f"{name}: " + ", ".join(f"{n} waiting in {q}" for q, n in sorted(queues.items()))
+                      for name, queues in sorted(found.items())]
+                     + [f"{name}: registered by the running build {running}, and " + ", ".join(
+                         f"{q} holds {n} message(s) the broker does not show without delivering them, so some may be "
+                         "for it" for q, n in sorted(queues.items())) for name, queues in sorted((unread or {}).items())])
     known = sorted(n for n in found if n in (running_names or []))
+    if not found:
+        running_names = None  # every name is one the running build registers: said above
     if running_names is None:
         old = ""
     elif known:
         old = f" The running build {running} registers {', '.join(known)}."
     else:
         old = f" The running build {running} does not register them either (a producer on another build sent them)."
-    return (f"Build {build} does not register task(s) that queued messages are waiting for ({work}): its workers "
+    waiting = "are waiting for" if found else "may be waiting for"
+    return (f"Build {build} does not register task(s) that queued messages {waiting} ({work}): its workers "
             f"would move that work to the dead-letter queue.{old} Nothing was switched. Let the running workers drain "
             "those messages first, keep the task(s) in the new build, or set sturdy_deploy_allow_orphaned_tasks=true to "
             "deploy anyway (the messages then wait in sturdy.dead.<queue>; the sturdy.workers.dead_letters playbook "
@@ -126,22 +147,25 @@ def main():
                                       "secrets? Nothing was switched"))
         return answer
 
-    results, everything, old_names = [], {}, None
+    results, everything, maybe, old_names = [], {}, {}, None
     for proc in queue_groups(plan):
         found = agent(proc, plan["release"], proc["queues"])
         new, waiting = found["registered"], found["waiting"]
         old = agent(proc, running, [])["registered"] if running and running != plan["release"] else None
-        lost = orphaned(waiting, new)
+        lost, unread = orphaned(waiting, new, old)
         if old is not None:
             old_names = sorted(set(old_names or []) | set(old))
         for name, queues in lost.items():
             everything.setdefault(name, {}).update(queues)
+        for name, queues in unread.items():
+            maybe.setdefault(name, {}).update(queues)
         results.append({"name": proc["name"], "registered": new, "running": old, "waiting": waiting, "orphaned": lost,
+                        "unread": unread, "transport": found.get("transport"),
                         "dropped": sorted(set(old or []) - set(new) - set(lost))})
-    result = {"changed": False, "processes": results, "orphaned": everything}
-    if everything and not module.params["allow_orphaned"]:
+    result = {"changed": False, "processes": results, "orphaned": everything, "unread": maybe}
+    if (everything or maybe) and not module.params["allow_orphaned"]:
         module.fail_json(msg=refusal(plan.get("build_id", "?"), os.path.basename(running or ""), everything,
-                                     old_names), **result)
+                                     old_names, maybe), **result)
     module.exit_json(**result)
 
 

@@ -6,12 +6,14 @@ import json
 import os
 import shlex
 import subprocess
-import time
+import sys
 from pathlib import Path
 
 import pytest
-import testinfra
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
+from testhosts import host, recaps, said, wait_for  # noqa: E402,F401  (the tests import them from here)
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 README = SCENARIO_DIR.parent.parent / "README.md"
@@ -30,8 +32,6 @@ def pytest_itemcollected(item):
     item.add_marker(pytest.mark.xdist_group("deploy"))
 
 
-def host(name: str):
-    return testinfra.get_host(f"podman://{name}")
 
 
 def units_of(name: str) -> list[str]:
@@ -92,18 +92,8 @@ def run_as_readme(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=readme_dir(), capture_output=True, text=True, timeout=900, check=False, env=env)
 
 
-def said(result: subprocess.CompletedProcess) -> str:
-    """The play's output with whitespace collapsed: the yaml callback wraps long messages."""
-    return " ".join((result.stdout + result.stderr).split())
 
 
-def recaps(result: subprocess.CompletedProcess) -> dict[str, dict[str, int]]:
-    found = {}
-    for line in result.stdout.splitlines():
-        if " : ok=" in line:
-            name, rest = line.split(" : ", 1)
-            found[name.strip()] = {k: int(v) for k, v in (pair.split("=") for pair in rest.split())}
-    return found
 
 
 def report() -> dict:
@@ -176,13 +166,3 @@ def prometheus(path: str) -> dict:
         "python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
         f"\"http://localhost:9090/api/v1/{path}\", timeout=10).read().decode())'"))
 
-
-def wait_for(what: str, probe, timeout: float = 90):
-    """probe() until it returns something true; fail naming `what` and the last answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
-        time.sleep(2)

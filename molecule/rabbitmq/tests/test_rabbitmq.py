@@ -1,0 +1,163 @@
+"""The deploy pipeline's main cases on RabbitMQ: quorum queues, the broker's own delivery ceiling set by the deploy,
+dead letters, the task-name check and a rate-limited backlog. Converge deployed build 1; the tests run in order."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from conftest import (EPHEMERAL, SECRETS, WORKER_UNITS, WORKERS, current, dead_letters, deploy, host, playbook,
+                      rabbitmqctl, report, said, shop_task, wait_for)
+
+B1, B2, B5 = "2026.11.29-1", "2026.11.29-2", "2026.11.29-5"
+POLICY = {"delivery-limit": 3, "dead-letter-exchange": "", "dead-letter-routing-key": "sturdy.dead.default"}
+
+
+def every_instance_answered(build: str) -> None:
+    rep = report()
+    assert rep["result"] == "success" and rep["build_id"] == build, rep.get("failure")
+    for name in WORKERS:
+        for unit in WORKER_UNITS:
+            assert rep["hosts"][name]["instances"][unit]["smoke_build"] == build, (name, unit)
+
+
+def test_first_deploy_every_instance_answered_and_the_queue_got_rabbitmqs_own_ceiling():
+    # Readiness, the per-instance smoke jobs and the real-queue smoke job, all through RabbitMQ.
+    every_instance_answered(B1)
+    queues = {q["name"]: q["type"] for q in rabbitmqctl("list_queues", "name", "type")}
+    assert queues["default"] == "quorum" and queues["sturdy.dead.default"] == "classic", queues
+    (policy,) = [p for p in rabbitmqctl("list_policies") if p["name"] == "sturdy-shop-default"]
+    assert (policy["pattern"], policy["apply-to"], json.loads(policy["definition"])) == ("^default$", "queues", POLICY)
+
+
+def test_deploy_5_while_tasks_flow_loses_none_and_leaves_the_policy_as_it_is():
+    stream = subprocess.Popen(["podman", "exec", "-e", "SHOP_STREAM_STOP=/tmp/stop-flow", "worker-bookworm",
+                               "/usr/local/sbin/shop-task", "--stream", "flow", "600", "0.25"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    result = deploy(B5)
+    time.sleep(3)
+    host("worker-bookworm").check_output("touch /tmp/stop-flow")
+    out, err = stream.communicate(timeout=400)
+    assert result.returncode == 0, said(result)[-3000:]
+    flow = json.loads(out.strip().splitlines()[-1])
+    assert flow["sent"] > 100 and flow["missing"] == [], (flow, err[-2000:])
+    assert flow["answered"] == flow["sent"] and flow["effects"] == flow["sent"]
+    assert set(flow["builds"]) == {B1, B5}, flow["builds"]
+    every_instance_answered(B5)
+    # Set once: a deploy that finds the policy as it should be does not set it again.
+    (dummy, task_output) = result.stdout.split("Set each queue's delivery limit and dead-letter queue", 1)
+    assert "changed:" not in task_output.split("TASK [", 1)[0], task_output[:2000]
+
+
+def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drains_once_each_at_the_rate_limit():
+    # rate_limit 20/s over four instances; max_deliveries 3. The poison task SIGKILLs the pool process that runs it.
+    before = {name: {u: host(name).service(u).systemd_properties["NRestarts"] for u in WORKER_UNITS}
+              for name in WORKERS}
+    run = host("worker-trixie").run("/usr/local/sbin/shop-task --flood flood 2000 1000")
+    assert run.stdout.strip(), run.stderr[-2000:]
+    flood = json.loads(run.stdout.splitlines()[-1])
+    assert (flood["done"], flood["missing"], flood["runs"]) == (2000, [], {"1": 2000}), flood
+    assert 18 <= flood["rate"] <= 22, flood
+    # RabbitMQ counted the deliveries (x-delivery-count); the agent moved the fourth, with its reason.
+    assert (flood["poison_state"], flood["poison_runs"]) == ("FAILURE", 3), flood
+    poison = [e for e in dead_letters()["sample"] if e["id"] == flood["poison_id"]]
+    assert poison and poison[0]["deliveries"] == 4, poison
+    assert poison[0]["reason"].startswith("delivered 4 times without an acknowledgement (max_deliveries=3)")
+    for name in WORKERS:
+        for unit in WORKER_UNITS:
+            h = host(name)
+            assert h.service(unit).is_running
+            assert h.service(unit).systemd_properties["NRestarts"] == before[name][unit]
+
+
+RETURN_UNTIL_DEAD = """
+import json, time
+from shopdemo.celery import app
+with app.connection_for_write() as conn:
+    channel, returned = conn.channel(), 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        message = channel.basic_get("default", no_ack=False)
+        if message is None:
+            if channel.queue_declare("sturdy.dead.default", passive=True).message_count:
+                break
+            time.sleep(0.2)
+            continue
+        channel.basic_reject(message.delivery_tag, requeue=True)
+        returned += 1
+print(json.dumps({"returned": returned}))
+"""
+
+
+def test_rabbitmq_itself_dead_letters_for_a_consumer_without_the_agent():
+    # A consumer the agent is not in (another app's worker, an old one) returns a message again and again: the
+    # deploy's policy stops it after delivery-limit returns and RabbitMQ moves it to sturdy.dead.default.
+    shop_task("--agent dead discard --confirm-discard --celery-app shopdemo.celery default")
+    for name in WORKERS:
+        host(name).check_output("systemctl stop " + " ".join(WORKER_UNITS))
+    try:
+        sent = host("worker-bookworm").check_output("/usr/local/sbin/shop-task --send shopdemo.record broker-dl")
+        out = host("worker-bookworm").check_output(f"/usr/local/sbin/shop-task --python <<'EOF'\n{RETURN_UNTIL_DEAD}EOF")
+        assert json.loads(out.splitlines()[-1]) == {"returned": 4}, out
+        (entry,) = dead_letters()["sample"]
+        assert entry["id"] == sent.splitlines()[-1] and entry["deliveries"] == 4, entry
+        assert entry["reason"].startswith("delivered more times than the queue's delivery-limit allows"), entry
+    finally:
+        for name in WORKERS:
+            host(name).run("systemctl start " + " ".join(WORKER_UNITS))
+    shop_task("--agent dead discard --confirm-discard --celery-app shopdemo.celery default")
+
+
+def dead_letters_playbook(**extra):
+    report_file = EPHEMERAL / "dead-letters.json"
+    report_file.unlink(missing_ok=True)
+    result = playbook("sturdy.workers.dead_letters", sturdy_status_hosts="workers", **extra)
+    return result, json.loads(report_file.read_text()) if report_file.exists() else {}
+
+
+def test_a_dropped_task_with_messages_queued_is_refused_then_dead_lettered_then_requeued_to_a_build_that_knows_it():
+    for name in WORKERS:
+        host(name).check_output("systemctl stop " + " ".join(WORKER_UNITS))
+    try:
+        ids = [host("worker-bookworm").check_output(f"/usr/local/sbin/shop-task --send shopdemo.refund orphan-{n}")
+               .splitlines()[-1] for n in range(3)]
+        # Build 2 drops shopdemo.refund, which the running build 5 registers, and default holds 3 messages: RabbitMQ
+        # shows none without delivering it, so the deploy refuses on the depth, before the migration and the switch.
+        refused = deploy(B2)
+        assert refused.returncode != 0
+        text = said(refused)
+        assert (f"Build {B2} does not register task(s) that queued messages may be waiting for (shopdemo.refund: "
+                f"registered by the running build {B5}, and default holds 3 message(s)") in text, text[-3000:]
+        assert "sturdy_deploy_allow_orphaned_tasks=true" in text and "Nothing was switched" in text
+        assert all(current(name) == B5 for name in WORKERS)
+        # Told to, it deploys; build 2's workers move the three to the dead-letter queue, once each.
+        result = deploy(B2, sturdy_deploy_allow_orphaned_tasks=True)
+        assert result.returncode == 0, said(result)[-3000:]
+    finally:
+        for name in WORKERS:
+            host(name).run("systemctl start " + " ".join(WORKER_UNITS))
+    got = wait_for("three orphans in sturdy.dead.default", lambda: (d := dead_letters())["count"] == 3 and d, 60)
+    assert got["reasons"] == {f"unknown task shopdemo.refund in build {B2}": 3}, got
+    # Build 5 knows shopdemo.refund again: requeued, each runs once.
+    result = deploy(B5)
+    assert result.returncode == 0, said(result)[-3000:]
+    result, moved = dead_letters_playbook(sturdy_dead_letters_action="requeue")
+    assert result.returncode == 0, said(result)[-3000:]
+    assert moved["queues"][0]["moved"] == 3, moved
+
+    def states():
+        return {t["state"] for t in shop_task("--agent tasks --celery-app shopdemo.celery " + " ".join(ids))}
+
+    wait_for("the requeued refunds ran", lambda: states() == {"SUCCESS"}, 60)
+    assert dead_letters()["count"] == 0
+    # Discard refuses without its flag.
+    refused, dummy = dead_letters_playbook(sturdy_dead_letters_action="discard")
+    assert refused.returncode != 0 and "sturdy_dead_letters_confirm_discard" in said(refused), said(refused)[-2000:]
+
+
+def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():
+    log = (EPHEMERAL / "ansible.log").read_text(errors="replace")
+    assert "********" in log
+    assert not [s for s in SECRETS if s in log]
