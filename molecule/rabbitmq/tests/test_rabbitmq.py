@@ -101,8 +101,9 @@ def test_rabbitmq_itself_dead_letters_for_a_consumer_without_the_agent():
         sent = host("worker-bookworm").check_output("/usr/local/sbin/shop-task --send shopdemo.record broker-dl")
         out = host("worker-bookworm").check_output(f"/usr/local/sbin/shop-task --python <<'EOF'\n{RETURN_UNTIL_DEAD}EOF")
         assert json.loads(out.splitlines()[-1]) == {"returned": 4}, out
+        # Returned 4 times: delivery-limit 3 (RabbitMQ does not stamp its count on what it dead-letters).
         (entry,) = dead_letters()["sample"]
-        assert entry["id"] == sent.splitlines()[-1] and entry["deliveries"] == 4, entry
+        assert entry["id"] == sent.splitlines()[-1], entry
         assert entry["reason"].startswith("delivered more times than the queue's delivery-limit allows"), entry
     finally:
         for name in WORKERS:
