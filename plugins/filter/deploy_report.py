@@ -18,7 +18,8 @@ options:
       - Host name to its record, a dictionary with C(marks) (phase name to the UNIX time it ended), C(failure),
         C(before) and C(after) (M(sturdy.workers.unit_health) units), C(switch) (C(changed), C(current),
         C(previous)), C(smoke) (M(sturdy.workers.smoke_test) results), C(restarted) (M(sturdy.workers.rolling_restart)
-        C(restarted)), C(rolled_back_to) and C(rollback_failure) (C(task), C(msg), C(current)).
+        C(restarted)), C(rolled_back_to), C(rollback_failure) (C(task), C(msg), C(current)) and C(queues)
+        (M(sturdy.workers.app_status) C(queues), on the host that read them).
     type: dict
     required: true
   run:
@@ -53,7 +54,8 @@ _value:
   description:
     - The report, a dictionary with C(app), C(build_id), C(run_id), C(owner), C(result) (C(success), C(failed) or
       C(rolled_back)), C(failures), C(seconds), C(phases), C(hosts) (per host C(from), C(to), C(switched),
-      C(rolled_back_to) and C(instances)), C(message) (why the run failed and what happened to the hosts) and
+      C(rolled_back_to) and C(instances)), C(queues) (per Celery queue after the deploy, C(depth), C(oldest_age),
+      C(dead_letter_depth), C(consumers), C(rate_limit), C(drain_seconds) or C(error)), C(message) (why the run failed and what happened to the hosts) and
       C(summary) (lines for the console).
   type: dict
 """
@@ -110,10 +112,31 @@ def _message(report: dict, rollback_failures: list[str], rollback: bool) -> str:
                                   " || ".join(rollback_failures), outcome]))
 
 
+def _queue_line(name: str, q: dict) -> str:
+    """A queue after the deploy: its backlog, how long a rate-limited one takes to drain, its dead letters."""
+    # Imported here: ansible loads every filter file to find one filter (tests/unit/plugins/filter/test_filter_imports).
+    from ansible_collections.sturdy.workers.plugins.module_utils.app_status import duration_words
+
+    if q.get("error"):
+        return f"queue {name}: not read ({q['error']})"
+    depth = q.get("depth") or 0
+    words = [f"{depth} waiting" + (f", the oldest for {duration_words(q['oldest_age'])}" if depth and q.get("oldest_age")
+                                   else "")]
+    if depth and q.get("rate_limit"):
+        words.append(f"drains in {duration_words(q['drain_seconds'])} at the soonest (rate_limit "
+                     f"{q['rate_limit']:g}/s)")
+    if q.get("dead_letter_depth"):
+        words.append(f"{q['dead_letter_depth']} dead letter(s) (ansible-playbook sturdy.workers.dead_letters lists them)")
+    return f"queue {name}: " + ", ".join(words)
+
+
 def deploy_report(records, run, plan, finished, rollback=True):
-    hosts, marks, failures, rollback_failures = {}, {}, [], []
+    hosts, marks, failures, rollback_failures, queues = {}, {}, [], [], {}
     for name, record in records.items():
         record = record or {}
+        for q in record.get("queues") or []:
+            queues[q["queue"]] = {k: q.get(k) for k in ("depth", "oldest_age", "dead_letter_depth", "consumers",
+                                                        "rate_limit", "drain_seconds", "error")}
         switch = record.get("switch") or {}
         for phase, at in (record.get("marks") or {}).items():
             marks.setdefault(phase, []).append(float(at))
@@ -145,6 +168,7 @@ def deploy_report(records, run, plan, finished, rollback=True):
         "app": plan.get("app"), "build_id": plan.get("build_id"), "run_id": run.get("id"), "owner": run.get("owner"),
         "result": "success" if not failures else ("rolled_back" if rolled_back else "failed"),
         "failures": failures, "seconds": round(float(finished) - started, 1), "phases": phases, "hosts": hosts,
+        "queues": queues,
     }
     report["message"] = _message(report, rollback_failures, rollback)
     lines = [f"deploy {report['app']} {report['build_id']}: {report['result']} in {report['seconds']}s "
@@ -157,6 +181,7 @@ def deploy_report(records, run, plan, finished, rollback=True):
             took = f" in {inst['restart_seconds']}s" if inst["restart_seconds"] is not None else ""
             lines.append(f"  {unit}: {inst['active'] or 'state unknown'}, {'restarted' + took if inst['restarted'] else 'not restarted'}, "
                          f"NRestarts {inst['nrestarts_before'] or '-'} -> {inst['nrestarts_after'] or '-'}, {smoke}")
+    lines += [_queue_line(name, q) for name, q in queues.items()]
     lines += [f"FAILED: {f}" for f in failures] + rollback_failures
     report["summary"] = lines
     return report

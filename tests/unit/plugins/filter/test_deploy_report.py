@@ -56,3 +56,20 @@ def test_a_failed_rollback_names_the_host_and_what_to_do():
     assert ("ROLLBACK FAILED on h1 at 'Restart': shop-worker@1.service did not come up. current points at 1; check "
             "the units (systemctl status shop.target) and restart them by hand.") in rep["message"]
     assert "Nothing was rolled back" not in rep["message"]
+
+
+def test_the_report_shows_each_queues_backlog_its_drain_time_and_dead_letters():
+    queues = [{"queue": "default", "depth": 1200, "oldest_age": 95.0, "dead_letter_depth": 2, "consumers": ["w@a"],
+               "rate_limit": 20, "drain_seconds": 60.0},
+              {"queue": "mail", "depth": 0, "dead_letter_depth": 0, "consumers": ["w@a"]},
+              {"queue": "bulk", "error": "ConnectionRefusedError: [Errno 111]"}]
+    rep = deploy_report({"h1": dict(record(), queues=queues), "h2": record()}, RUN, PLAN, 1070.0)
+    assert rep["queues"]["default"] == {"depth": 1200, "oldest_age": 95.0, "dead_letter_depth": 2, "consumers": ["w@a"],
+                                        "rate_limit": 20, "drain_seconds": 60.0, "error": None}
+    assert rep["summary"][-3:] == [
+        "queue default: 1200 waiting, the oldest for 1min, drains in 1min at the soonest (rate_limit 20/s), "
+        "2 dead letter(s) (ansible-playbook sturdy.workers.dead_letters lists them)",
+        "queue mail: 0 waiting",
+        "queue bulk: not read (ConnectionRefusedError: [Errno 111])",
+    ]
+    assert deploy_report({"h1": record()}, RUN, PLAN, 1070.0)["queues"] == {}
