@@ -54,6 +54,9 @@ def test_deploy_2_while_tasks_flow_loses_none_and_every_instance_answers_build_2
     assert said(result).count("schema 1 -> 2") == 1
     rep = report()
     assert rep["result"] == "success"
+    # The queue after the deploy, in the report: its backlog and the rate it drains at.
+    assert (rep["queues"]["default"]["rate_limit"], rep["queues"]["default"]["error"]) == (20, None), rep["queues"]
+    assert any(line.startswith("queue default: ") for line in rep["summary"]), rep["summary"]
     after = invocations()
     for name in WORKERS:
         for unit in WORKER_UNITS:

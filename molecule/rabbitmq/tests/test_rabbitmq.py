@@ -29,6 +29,44 @@ def test_first_deploy_every_instance_answered_and_the_queue_got_rabbitmqs_own_ce
     assert queues["default"] == "quorum" and queues["sturdy.dead.default"] == "classic", queues
     (policy,) = [p for p in rabbitmqctl("list_policies") if p["name"] == "sturdy-shop-default"]
     assert (policy["pattern"], policy["apply-to"], json.loads(policy["definition"])) == ("^default$", "queues", POLICY)
+    # The report tells the queue after the deploy: its backlog, its rate limit, its dead letters.
+    queue = report()["queues"]["default"]
+    assert (queue["depth"], queue["rate_limit"], queue["dead_letter_depth"], queue["error"]) == (0, 20, 0, None), queue
+
+
+def test_a_rabbitmq_host_outside_the_inventory_is_refused_in_preflight_naming_the_variable():
+    result = deploy(B5, sturdy_deploy_rabbitmq={"host": "rabbit-9", "vhost": "shop"})
+    assert result.returncode != 0
+    text = said(result)
+    assert "sturdy_deploy_rabbitmq.host=rabbit-9 is not a host of this inventory" in text, text[-3000:]
+    assert "Nothing was changed" in text
+    assert all(current(name) == B1 for name in WORKERS)
+    assert not host("worker-bookworm").file(f"/srv/shop/releases/{B5}").exists
+
+
+DECLARE_CLASSIC = """
+from kombu import Queue
+from shopdemo.celery import app
+with app.connection_for_write() as conn:
+    Queue("legacy", routing_key="legacy").declare(channel=conn.default_channel)
+"""
+
+
+def test_a_classic_queue_is_refused_before_the_switch_saying_how_to_move_to_a_quorum_queue():
+    host("worker-bookworm").check_output(f"/usr/local/sbin/shop-task --python <<'EOF'\n{DECLARE_CLASSIC}EOF")
+    worker = {"name": "worker", "adapter": "celery", "celery_app": "shopdemo.celery", "queues": ["default", "legacy"],
+              "command": ["bin/shop-worker", "--concurrency", "1", "-Q", "default,legacy"], "instances": 2,
+              "max_deliveries": 3, "max_task_runtime": 30}
+    try:
+        result = deploy(B5, sturdy_processes=[worker])
+        assert result.returncode != 0
+        text = said(result)
+        assert "RabbitMQ queue(s) legacy in vhost shop are classic queues" in text, text[-3000:]
+        assert "task_default_queue_type" in text and "Nothing was switched" in text
+        assert all(current(name) == B1 for name in WORKERS)
+        assert not [p for p in rabbitmqctl("list_policies") if p["name"] == "sturdy-shop-legacy"]
+    finally:
+        host("broker").run("rabbitmqctl --quiet delete_queue --vhost shop legacy")
 
 
 def test_deploy_5_while_tasks_flow_loses_none_and_leaves_the_policy_as_it_is():
