@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
-from testhosts import host, recaps, said, wait_for  # noqa: E402,F401  (the tests import them from here)
+# The tests import these from here.
+from testhosts import host, recaps, said, wait_for  # noqa: E402,F401  # pylint: disable=unused-import
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 README = SCENARIO_DIR.parent.parent / "README.md"
@@ -30,8 +31,6 @@ SECRET = yaml.safe_load((SCENARIO_DIR / "inventory" / "group_vars" / "all.yml").
 def pytest_itemcollected(item):
     # One sequence across all hosts (each test deploys to every host), marked before xdist reads the groups.
     item.add_marker(pytest.mark.xdist_group("deploy"))
-
-
 
 
 def units_of(name: str) -> list[str]:
@@ -90,10 +89,6 @@ def run_as_readme(argv: list[str]) -> subprocess.CompletedProcess:
     env.update(ANSIBLE_COLLECTIONS_PATH=str(installed), ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log"),
                ANSIBLE_NOCOLOR="1")
     return subprocess.run(argv, cwd=readme_dir(), capture_output=True, text=True, timeout=900, check=False, env=env)
-
-
-
-
 
 
 def report() -> dict:
@@ -165,4 +160,3 @@ def prometheus(path: str) -> dict:
     return json.loads(host("broker").check_output(
         "python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
         f"\"http://localhost:9090/api/v1/{path}\", timeout=10).read().decode())'"))
-

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
-from testhosts import host, recaps, said, wait_for  # noqa: E402,F401  (the tests import them from here)
+# The tests import these from here.
+from testhosts import host, recaps, said, wait_for  # noqa: E402,F401  # pylint: disable=unused-import
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
