@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -63,3 +64,22 @@ def wait_for(what: str, probe, timeout: float = 90):
             return got
         assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
         time.sleep(2)
+
+
+def while_tasks_flow(producer: str, prefix: str, action):
+    """Run action() while `producer` (a container with shop-task) sends a stream of tasks, from 3 s before it to 3 s
+    after it, however long it takes; (action's result, the stream's JSON answer). The stream lost no task, and each
+    ran to its effect."""
+    stream = subprocess.Popen(["podman", "exec", "-e", f"SHOP_STREAM_STOP=/tmp/stop-{prefix}", producer,
+                               "/usr/local/sbin/shop-task", "--stream", prefix, "600", "0.25"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    result = action()
+    time.sleep(3)
+    host(producer).check_output(f"touch /tmp/stop-{prefix}")
+    out, err = stream.communicate(timeout=400)
+    assert result.returncode == 0, said(result)[-3000:]
+    flow = json.loads(out.strip().splitlines()[-1])
+    assert flow["sent"] > 100 and flow["missing"] == [], (flow, err[-2000:])
+    assert flow["answered"] == flow["sent"] and flow["effects"] == flow["sent"]
+    return result, flow

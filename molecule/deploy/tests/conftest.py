@@ -14,7 +14,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 # The tests import these from here.
-from testhosts import host, recaps, said, wait_for  # noqa: E402,F401  # pylint: disable=unused-import
+from testhosts import host, recaps, said, wait_for, while_tasks_flow  # noqa: E402,F401  # pylint: disable=unused-import
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 README = SCENARIO_DIR.parent.parent / "README.md"

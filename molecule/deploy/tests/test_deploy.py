@@ -12,7 +12,7 @@ import time
 
 from conftest import (APPS, EPHEMERAL, SECRET, WORKER_UNITS, WORKERS, collect_and_scrape, current, deploy, deploy_cmd,
                       host, invocations, main_cwd, prometheus, readme_command, recaps, report, run_as_readme, said,
-                      task, units_of, wait_for)
+                      task, units_of, wait_for, while_tasks_flow)
 
 B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 
@@ -35,19 +35,7 @@ def test_first_deploy_every_instance_answered_build_1():
 
 def test_deploy_2_while_tasks_flow_loses_none_and_every_instance_answers_build_2():
     before = invocations()
-    # The stream runs until a stop file appears: from before the deploy to after it, however long it takes.
-    stream = subprocess.Popen(["podman", "exec", "-e", "SHOP_STREAM_STOP=/tmp/stop-flow2", "web-trixie",
-                               "/usr/local/sbin/shop-task", "--stream", "flow2", "600", "0.25"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
-    result = deploy(B2)
-    time.sleep(3)
-    host("web-trixie").check_output("touch /tmp/stop-flow2")
-    out, err = stream.communicate(timeout=400)
-    assert result.returncode == 0, said(result)[-3000:]
-    flow = json.loads(out.strip().splitlines()[-1])
-    assert flow["sent"] > 100 and flow["missing"] == [], (flow, err[-2000:])
-    assert flow["answered"] == flow["sent"] and flow["effects"] == flow["sent"]
+    result, flow = while_tasks_flow("web-trixie", "flow2", lambda: deploy(B2))
     # The stream spans the restarts: both builds answered, and every task exactly once in effect.
     assert set(flow["builds"]) == {B1, B2}, flow["builds"]
     # The migration ran once, on one host, before any restart.

@@ -4,11 +4,9 @@ dead letters, the task-name check and a rate-limited backlog. Converge deployed 
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 
 from conftest import (EPHEMERAL, SECRETS, WORKER_UNITS, WORKERS, current, dead_letters, deploy, host, playbook,
-                      rabbitmqctl, report, said, shop_task, wait_for)
+                      rabbitmqctl, report, said, shop_task, wait_for, while_tasks_flow)
 
 B1, B2, B5 = "2026.11.29-1", "2026.11.29-2", "2026.11.29-5"
 POLICY = {"delivery-limit": 3, "dead-letter-exchange": "", "dead-letter-routing-key": "sturdy.dead.default"}
@@ -70,18 +68,7 @@ def test_a_classic_queue_is_refused_before_the_switch_saying_how_to_move_to_a_qu
 
 
 def test_deploy_5_while_tasks_flow_loses_none_and_leaves_the_policy_as_it_is():
-    stream = subprocess.Popen(["podman", "exec", "-e", "SHOP_STREAM_STOP=/tmp/stop-flow", "worker-bookworm",
-                               "/usr/local/sbin/shop-task", "--stream", "flow", "600", "0.25"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
-    result = deploy(B5)
-    time.sleep(3)
-    host("worker-bookworm").check_output("touch /tmp/stop-flow")
-    out, err = stream.communicate(timeout=400)
-    assert result.returncode == 0, said(result)[-3000:]
-    flow = json.loads(out.strip().splitlines()[-1])
-    assert flow["sent"] > 100 and flow["missing"] == [], (flow, err[-2000:])
-    assert flow["answered"] == flow["sent"] and flow["effects"] == flow["sent"]
+    result, flow = while_tasks_flow("worker-bookworm", "flow", lambda: deploy(B5))
     assert set(flow["builds"]) == {B1, B5}, flow["builds"]
     every_instance_answered(B5)
     # Set once: a deploy that finds the policy as it should be does not set it again.
