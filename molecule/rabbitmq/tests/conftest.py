@@ -17,7 +17,7 @@ from testhosts import host, recaps, said, wait_for, while_tasks_flow  # noqa: E4
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
-WORKERS = ["worker-bookworm", "worker-trixie"]
+WORKERS = ["mq-bookworm", "mq-trixie"]
 WORKER_UNITS = ["shop-worker@1.service", "shop-worker@2.service"]
 SECRETS = [yaml.safe_load((SCENARIO_DIR / "inventory" / "group_vars" / "all.yml").read_text())[k]
            for k in ("shop_rabbitmq_password", "shop_redis_password")]
@@ -50,11 +50,11 @@ def current(name: str) -> str:
 
 def rabbitmqctl(*args: str) -> list[dict]:
     """rabbitmqctl on the broker host, in the app's vhost, as JSON."""
-    return json.loads(host("broker").check_output(
+    return json.loads(host("mq-broker").check_output(
         "rabbitmqctl --quiet " + " ".join(args) + " --vhost shop --formatter json"))
 
 
-def shop_task(args: str, name: str = "worker-bookworm"):
+def shop_task(args: str, name: str = "mq-bookworm"):
     """The producer on a worker host (the app's code and secrets); its last line as JSON."""
     out = host(name).check_output(f"/usr/local/sbin/shop-task {args}")
     return json.loads(out.splitlines()[-1])

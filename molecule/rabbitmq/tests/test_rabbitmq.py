@@ -39,7 +39,7 @@ def test_a_rabbitmq_host_outside_the_inventory_is_refused_in_preflight_naming_th
     assert "sturdy_deploy_rabbitmq.host=rabbit-9 is not a host of this inventory" in text, text[-3000:]
     assert "Nothing was changed" in text
     assert all(current(name) == B1 for name in WORKERS)
-    assert not host("worker-bookworm").file(f"/srv/shop/releases/{B5}").exists
+    assert not host("mq-bookworm").file(f"/srv/shop/releases/{B5}").exists
 
 
 DECLARE_CLASSIC = """
@@ -51,7 +51,7 @@ with app.connection_for_write() as conn:
 
 
 def test_a_classic_queue_is_refused_before_the_switch_saying_how_to_move_to_a_quorum_queue():
-    host("worker-bookworm").check_output(f"/usr/local/sbin/shop-task --python <<'EOF'\n{DECLARE_CLASSIC}EOF")
+    host("mq-bookworm").check_output(f"/usr/local/sbin/shop-task --python <<'EOF'\n{DECLARE_CLASSIC}EOF")
     worker = {"name": "worker", "adapter": "celery", "celery_app": "shopdemo.celery", "queues": ["default", "legacy"],
               "command": ["bin/shop-worker", "--concurrency", "1", "-Q", "default,legacy"], "instances": 2,
               "max_deliveries": 3, "max_task_runtime": 30}
@@ -64,11 +64,11 @@ def test_a_classic_queue_is_refused_before_the_switch_saying_how_to_move_to_a_qu
         assert all(current(name) == B1 for name in WORKERS)
         assert not [p for p in rabbitmqctl("list_policies") if p["name"] == "sturdy-shop-legacy"]
     finally:
-        host("broker").run("rabbitmqctl --quiet delete_queue --vhost shop legacy")
+        host("mq-broker").run("rabbitmqctl --quiet delete_queue --vhost shop legacy")
 
 
 def test_deploy_5_while_tasks_flow_loses_none_and_leaves_the_policy_as_it_is():
-    result, flow = while_tasks_flow("worker-bookworm", "flow", lambda: deploy(B5))
+    result, flow = while_tasks_flow("mq-bookworm", "flow", lambda: deploy(B5))
     assert set(flow["builds"]) == {B1, B5}, flow["builds"]
     every_instance_answered(B5)
     # Set once: a deploy that finds the policy as it should be does not set it again.
@@ -80,7 +80,7 @@ def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drai
     # rate_limit 20/s over four instances; max_deliveries 3. The poison task SIGKILLs the pool process that runs it.
     before = {name: {u: host(name).service(u).systemd_properties["NRestarts"] for u in WORKER_UNITS}
               for name in WORKERS}
-    run = host("worker-trixie").run("/usr/local/sbin/shop-task --flood flood 2000 1000")
+    run = host("mq-trixie").run("/usr/local/sbin/shop-task --flood flood 2000 1000")
     assert run.stdout.strip(), run.stderr[-2000:]
     flood = json.loads(run.stdout.splitlines()[-1])
     assert (flood["done"], flood["missing"], flood["runs"]) == (2000, [], {"1": 2000}), flood
@@ -123,8 +123,8 @@ def test_rabbitmq_itself_dead_letters_for_a_consumer_without_the_agent():
     for name in WORKERS:
         host(name).check_output("systemctl stop " + " ".join(WORKER_UNITS))
     try:
-        sent = host("worker-bookworm").check_output("/usr/local/sbin/shop-task --send shopdemo.record broker-dl")
-        out = host("worker-bookworm").check_output(f"/usr/local/sbin/shop-task --python <<'EOF'\n{RETURN_UNTIL_DEAD}EOF")
+        sent = host("mq-bookworm").check_output("/usr/local/sbin/shop-task --send shopdemo.record broker-dl")
+        out = host("mq-bookworm").check_output(f"/usr/local/sbin/shop-task --python <<'EOF'\n{RETURN_UNTIL_DEAD}EOF")
         assert json.loads(out.splitlines()[-1]) == {"returned": 4}, out
         # Returned 4 times: delivery-limit 3 (RabbitMQ does not stamp its count on what it dead-letters).
         (entry,) = dead_letters()["sample"]
@@ -147,7 +147,7 @@ def test_a_dropped_task_with_messages_queued_is_refused_then_dead_lettered_then_
     for name in WORKERS:
         host(name).check_output("systemctl stop " + " ".join(WORKER_UNITS))
     try:
-        ids = [host("worker-bookworm").check_output(f"/usr/local/sbin/shop-task --send shopdemo.refund orphan-{n}")
+        ids = [host("mq-bookworm").check_output(f"/usr/local/sbin/shop-task --send shopdemo.refund orphan-{n}")
                .splitlines()[-1] for n in range(3)]
         # Build 2 drops shopdemo.refund, which the running build 5 registers, and default holds 3 messages: RabbitMQ
         # shows none without delivering it, so the deploy refuses on the depth, before the migration and the switch.
