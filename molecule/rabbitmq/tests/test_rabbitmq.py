@@ -42,6 +42,17 @@ def test_a_rabbitmq_host_outside_the_inventory_is_refused_in_preflight_naming_th
     assert not host("mq-bookworm").file(f"/srv/shop/releases/{B5}").exists
 
 
+def test_a_deploy_to_every_host_is_refused_naming_the_broker_host_that_runs_none_of_the_app():
+    result = playbook("sturdy.workers.deploy", sturdy_build_id=B5,
+                      sturdy_artifact=str(EPHEMERAL / "dist" / f"shop-{B5}.tar.gz"))
+    assert result.returncode != 0
+    text = said(result)
+    assert "mq-broker declares no process (sturdy_processes is empty there)" in text, text[-3000:]
+    assert "-e sturdy_deploy_hosts=workers:web" in text and "Nothing was changed" in text
+    assert not host("mq-broker").file("/srv/shop").exists
+    assert all(current(name) == B1 for name in WORKERS)
+
+
 DECLARE_CLASSIC = """
 from kombu import Queue
 from shopdemo.celery import app
