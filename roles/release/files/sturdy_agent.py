@@ -69,9 +69,10 @@ def smoke_queue(app: str, process: str, instance: str, host: str | None = None) 
     return f"{SMOKE_PREFIX}{app}-{process}@{instance}.{host or socket.gethostname()}"
 
 
-def smoke_queue_entity(name: str):
-    """The smoke queue as both sides declare it: a plain durable queue on the default exchange, whatever type the
-    app gives its own queues (RabbitMQ refuses a queue declared twice with different arguments)."""
+def own_queue(name: str):
+    """A queue of the agent's own (an instance's smoke queue, a dead-letter queue) as every side declares it: plain,
+    durable, on the default exchange, whatever type the app gives its queues (RabbitMQ refuses a queue declared twice
+    with different arguments)."""
     from kombu import Queue  # pylint: disable=import-outside-toplevel
 
     return Queue(name, routing_key=name)
@@ -416,7 +417,7 @@ class Gate:
     def dead_letter(self, message, reason: str, deliveries) -> None:
         """Publish a copy of `message` to its queue's dead-letter queue (before the original is acknowledged: a
         crash in between leaves a duplicate there, never a loss)."""
-        from kombu import Producer, Queue  # pylint: disable=import-outside-toplevel
+        from kombu import Producer  # pylint: disable=import-outside-toplevel
 
         queue = self.queue_of(message)
         target = dead_letter_queue(queue)
@@ -425,7 +426,7 @@ class Gate:
         props = message.properties or {}
         channel = self.connection().default_channel
         Producer(channel).publish(
-            message.body, exchange="", routing_key=target, declare=[Queue(target, routing_key=target)],
+            message.body, exchange="", routing_key=target, declare=[own_queue(target)],
             content_type=message.content_type, content_encoding=message.content_encoding, headers=headers,
             **{k: props[k] for k in ("correlation_id", "reply_to", "priority") if props.get(k) is not None})
         self.log.error("sturdy_agent: task %s[%s] moved to dead-letter queue %s: %s (python -m sturdy_agent dead, "
@@ -435,14 +436,12 @@ class Gate:
     def declare_dead_letter_queues(self) -> None:
         """Declare the dead-letter queue of every queue this worker consumes, before it takes a message: a broker that
         dead-letters by itself (a RabbitMQ policy's delivery-limit) drops a message whose dead-letter queue is missing."""
-        from kombu import Queue  # pylint: disable=import-outside-toplevel
-
         names = [q for q in (self.app.amqp.queues.consume_from or self.app.amqp.queues)
                  if not q.startswith(SMOKE_PREFIX) and not q.startswith(DEAD_PREFIX)]
         try:
             channel = self.connection().default_channel
             for name in names:
-                Queue(dead_letter_queue(name), routing_key=dead_letter_queue(name)).declare(channel=channel)
+                own_queue(dead_letter_queue(name)).declare(channel=channel)
         except Exception as exc:  # pylint: disable=broad-exception-caught  # the gate declares it again on first use
             self.log.warning("sturdy_agent: could not declare the dead-letter queues of %s: %s", ", ".join(names), exc)
 
@@ -555,7 +554,7 @@ def install_celery_hooks() -> None:
             prune_task_records(os.path.dirname(record), time.time())
         queue = own_smoke_queue()
         if queue:
-            app.amqp.queues.select_add(smoke_queue_entity(queue))
+            app.amqp.queues.select_add(own_queue(queue))
 
         @app.task(name=SMOKE_TASK, bind=True, acks_late=False, ignore_result=False)
         def smoke(task, token):
@@ -672,7 +671,7 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
         started = time.monotonic()
         # expires: a job nobody took in time is dropped instead of answering a later deploy.
         # A real queue is named as the app routes it; an instance's smoke queue is declared as its worker declares it.
-        destination = smoke_queue_entity(queue) if queue.startswith(SMOKE_PREFIX) else queue
+        destination = own_queue(queue) if queue.startswith(SMOKE_PREFIX) else queue
         result = app.send_task(SMOKE_TASK, args=[token], queue=destination, expires=timeout)
         sent.append((queue, token, started, result))
     deadline = time.monotonic() + timeout
@@ -761,7 +760,7 @@ def dead_letters(celery_app: str, action: str, queues: list[str], limit: int = 0
 
     requeue publishes each dead letter back to its queue before removing it (a failure in between leaves a copy in the
     dead-letter queue, never a loss), oldest first; discard needs confirm=True."""
-    from kombu import Producer, Queue  # pylint: disable=import-outside-toplevel
+    from kombu import Producer  # pylint: disable=import-outside-toplevel
 
     if action == "discard" and not confirm:
         raise SystemExit("sturdy_agent: discard deletes dead letters for good; pass --confirm-discard to mean it")
@@ -794,7 +793,7 @@ def dead_letters(celery_app: str, action: str, queues: list[str], limit: int = 0
                     channel = conn.channel()
                 entry["count"] = depth
             else:
-                declare = [Queue(source, routing_key=source)]
+                declare = [own_queue(source)]
                 if action == "requeue" and depth and conn.transport.driver_type == "amqp":
                     # Not declared on RabbitMQ: the app declares its queues there with arguments (a quorum type) that a
                     # plain declaration would contradict; and a message sent to a queue that does not exist is lost.
@@ -808,7 +807,7 @@ def dead_letters(celery_app: str, action: str, queues: list[str], limit: int = 0
                 producer = Producer(channel)
                 # Only what is there now: a requeued message that dies again comes back behind them.
                 limit = min(limit, depth) if limit else depth
-                source_queue = Queue(target, routing_key=target)(channel)
+                source_queue = own_queue(target)(channel)
                 while done < limit:
                     # Through kombu (not the channel): a message that acknowledges itself on every transport.
                     message = source_queue.get(no_ack=False)
