@@ -18,8 +18,9 @@ options:
       - Host name to its record, a dictionary with C(marks) (phase name to the UNIX time it ended), C(failure),
         C(before) and C(after) (M(sturdy.workers.unit_health) units), C(switch) (C(changed), C(current),
         C(previous)), C(smoke) (M(sturdy.workers.smoke_test) results), C(restarted) (M(sturdy.workers.rolling_restart)
-        C(restarted)), C(rolled_back_to), C(rollback_failure) (C(task), C(msg), C(current)) and C(queues)
-        (M(sturdy.workers.app_status) C(queues), on the host that read them).
+        C(restarted)), C(rolled_back_to), C(rollback_failure) (C(task), C(msg), C(current)), C(queues)
+        (M(sturdy.workers.app_status) C(queues), on the host that read them) and C(queue_smoke)
+        (M(sturdy.workers.smoke_test) C(queues), the real-queue smoke on that host).
     type: dict
     required: true
   run:
@@ -54,8 +55,10 @@ _value:
   description:
     - The report, a dictionary with C(app), C(build_id), C(run_id), C(owner), C(result) (C(success), C(failed) or
       C(rolled_back)), C(failures), C(seconds), C(phases), C(hosts) (per host C(from), C(to), C(switched),
-      C(rolled_back_to) and C(instances)), C(queues) (per Celery queue after the deploy, C(depth), C(oldest_age),
-      C(dead_letter_depth), C(consumers), C(rate_limit), C(drain_seconds) or C(error)), C(message) (why the run failed and what happened to the hosts) and
+      C(rolled_back_to) and C(instances), each with its smoke answer's build, latency, C(smoke_ran_in) and
+      C(smoke_busy)), C(queues) (per Celery queue after the deploy, C(depth), C(oldest_age), C(dead_letter_depth),
+      C(consumers), C(rate_limit), C(drain_seconds) or C(error), and C(smoke), its real-queue smoke entry), C(message)
+      (why the run failed and what happened to the hosts) and
       C(summary) (lines for the console).
   type: dict
 """
@@ -90,6 +93,9 @@ def _instances(record: dict) -> dict:
             "active": a.get("ActiveState"),
             "smoke_build": _get(s, "answer", "build_id"),
             "smoke_latency": s.get("latency"),
+            # "worker": every pool slot was busy, so the main process answered; smoke_busy names what ran there.
+            "smoke_ran_in": _get(s, "answer", "ran_in"),
+            "smoke_busy": _get(s, "answer", "busy") or [],
         }
     return found
 
@@ -127,6 +133,13 @@ def _queue_line(name: str, q: dict) -> str:
                      f"{q['rate_limit']:g}/s)")
     if q.get("dead_letter_depth"):
         words.append(f"{q['dead_letter_depth']} dead letter(s) (ansible-playbook sturdy.workers.dead_letters lists them)")
+    smoke = q.get("smoke") or {}
+    if smoke.get("backlog"):
+        builds = sorted({str(c.get("build_id")) for c in smoke.get("consumers") or []})
+        words.append(f"no smoke job sent behind its {smoke['backlog']} waiting: consumed by "
+                     f"{len(smoke.get('consumers') or [])} worker(s) on build {', '.join(builds) or '-'}")
+    elif smoke.get("ok"):
+        words.append(f"smoke job answered by build {_get(smoke, 'answer', 'build_id')} in {smoke.get('latency')}s")
     return f"queue {name}: " + ", ".join(words)
 
 
@@ -134,9 +147,11 @@ def deploy_report(records, run, plan, finished, rollback=True):
     hosts, marks, failures, rollback_failures, queues = {}, {}, [], [], {}
     for name, record in records.items():
         record = record or {}
+        smoked = {q.get("queue"): q for q in record.get("queue_smoke") or [] if isinstance(q, dict)}
         for q in record.get("queues") or []:
             queues[q["queue"]] = {k: q.get(k) for k in ("depth", "oldest_age", "dead_letter_depth", "consumers",
                                                         "rate_limit", "drain_seconds", "error")}
+            queues[q["queue"]]["smoke"] = smoked.get(q["queue"])
         switch = record.get("switch") or {}
         for phase, at in (record.get("marks") or {}).items():
             marks.setdefault(phase, []).append(float(at))
@@ -178,6 +193,10 @@ def deploy_report(records, run, plan, finished, rollback=True):
                      + (f", rolled back to {host['rolled_back_to']}" if host["rolled_back_to"] else ""))
         for unit, inst in host["instances"].items():
             smoke = (f"smoke {inst['smoke_build']} in {inst['smoke_latency']}s" if inst["smoke_build"] else "no smoke job")
+            if inst["smoke_ran_in"] == "worker":
+                longest = max((b.get("running_for") or 0 for b in inst["smoke_busy"]), default=0)
+                smoke += (f" (answered by the worker: every slot busy with {len(inst['smoke_busy'])} task(s), the "
+                          f"longest running {longest:g}s)")
             took = f" in {inst['restart_seconds']}s" if inst["restart_seconds"] is not None else ""
             lines.append(f"  {unit}: {inst['active'] or 'state unknown'}, {'restarted' + took if inst['restarted'] else 'not restarted'}, "
                          f"NRestarts {inst['nrestarts_before'] or '-'} -> {inst['nrestarts_after'] or '-'}, {smoke}")

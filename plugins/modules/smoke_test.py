@@ -14,9 +14,14 @@ extends_documentation_fragment:
 description:
   - Sends a smoke job to the per-instance smoke queue of each unit in O(units) (the sturdy.workers agent in the
     release makes every instance consume its own) and waits until O(timeout) for all answers. Each answer must
-    name O(build_id), this host, the unit, the unit's C(MainPID) and a working directory inside O(release).
+    name O(build_id), this host, the unit, the unit's C(MainPID) and a working directory inside O(release). The
+    agent consumes the smoke queue on a channel of its own, so the job never waits behind the app's tasks: with a free
+    pool slot it runs in the pool (C(ran_in=pool)); with every slot busy the worker's main process answers at once
+    (C(ran_in=worker)) and names the tasks occupying the slots (C(busy)).
   - Then sends one job through each queue in O(queues), the names the producers use; some worker must take it. A
-    queue renamed on one side only fails here, with the queues the workers do consume.
+    queue renamed on one side only fails here, with the queues the workers do consume. A queue that already holds
+    messages gets no job (it would wait behind them, past the deadline): every worker consuming it must answer the
+    agent's health query with O(build_id), and at least one must consume it.
   - The client runs on the host through C(systemd-run) as O(user) with O(properties) (the units'
     C(EnvironmentFile=)/C(LoadCredential=) lines), from O(release), so it reaches the broker exactly as the app
     does and no secret passes through Ansible.
@@ -105,12 +110,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 instances:
-  description: One entry per unit, with C(queue), C(ok), C(latency) (seconds), C(answer) or C(error), C(problems).
+  description: One entry per unit, with C(queue), C(ok), C(latency) (seconds), C(answer) (with C(ran_in) and
+    C(busy)) or C(error), C(problems).
   returned: always
   type: list
   elements: dict
 queues:
-  description: One entry per real queue, with C(queue), C(ok), C(latency), C(answer) or C(error).
+  description: One entry per real queue, with C(queue), C(ok), C(latency), C(answer) or C(error); for a queue that
+    held messages, C(backlog) (their count) and C(consumers) (node, build_id, host, unit) instead of C(answer).
   returned: always
   type: list
   elements: dict
@@ -216,7 +223,21 @@ def main():
     consumed = sorted({q for e in instances if e.get("ok") for q in e["answer"].get("queues", [])})
     results = send(p["queues"]) if p["queues"] and not failures else []
     for entry in results:
-        if not entry.get("ok"):
+        if "backlog" in entry:
+            # The queue held messages: no job was sent behind them; the workers consuming it now are the proof.
+            others = [c for c in entry["consumers"] if c.get("build_id") != p["build_id"]]
+            if not entry["consumers"]:
+                failures.append(
+                    f"Queue {entry['queue']!r} holds {entry['backlog']} waiting message(s) and no worker consumes it, "
+                    "so they wait forever"
+                    + (f". The workers on {host} consume {', '.join(consumed)}" if consumed else "")
+                    + ". Make the worker's queues (its -Q option) and the producers' queue names agree, and list them "
+                      "in sturdy_processes[].queues")
+            elif others:
+                failures.append(f"queue {entry['queue']!r} ({entry['backlog']} waiting) is consumed by workers running "
+                                "another build: " + ", ".join(f"{c.get('unit')} on {c.get('host')} ({c.get('build_id')})"
+                                                             for c in others) + f", expected {p['build_id']}")
+        elif not entry.get("ok"):
             failures.append(
                 f"No worker took the smoke job sent to queue {entry['queue']!r} within {p['timeout']:g}s: nothing "
                 f"consumes that queue, so the producers' jobs there wait forever"

@@ -552,6 +552,46 @@ def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drai
             assert h.service(unit).systemd_properties["NRestarts"] == before[name][unit]
 
 
+def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_and_runs_each_task_once():
+    # Four instances (concurrency 1, prefetch 1) and 48 tasks of 8 s, twice the smoke deadline given here: every slot
+    # is busy during the whole rollout and the queue still holds a backlog at its end. A smoke job that waited for a
+    # slot, or behind the backlog, would miss the deadline and roll back a healthy deploy.
+    web = host("web-trixie")
+    web.check_output("/usr/local/sbin/shop-task --sleep backlog 8 48")
+    wait_for("every instance running a long task", lambda: sum(
+        len(a["tasks"]) for a in json.loads(web.check_output(
+            "/usr/local/sbin/shop-task --agent health --celery-app shopdemo.celery --timeout 2").splitlines()[-1]
+        ).values()) == 4, timeout=60)
+    result = deploy(B2, sturdy_smoke_test_timeout=4)
+    assert result.returncode == 0, said(result)[-3000:]
+    rep = report()
+    assert rep["result"] == "success", rep["message"]
+    answered = {}
+    for name in WORKERS:
+        for unit in WORKER_UNITS:
+            inst = rep["hosts"][name]["instances"][unit]
+            assert inst["smoke_build"] == B2 and inst["smoke_latency"] < 4, inst
+            answered[f"{name}/{unit}"] = (inst["smoke_ran_in"], [b["name"] for b in inst["smoke_busy"]])
+    # Busy instances answered from their main process, naming the long task in their only slot.
+    assert ("worker", ["shopdemo.sleep"]) in answered.values(), answered
+    assert all(v in {("worker", ["shopdemo.sleep"]), ("pool", [])} for v in answered.values()), answered
+    # The real queue still held the backlog: no job behind it, its four consumers all on the new build.
+    smoke = rep["queues"]["default"]["smoke"]
+    assert smoke["backlog"] > 0, smoke
+    assert sorted((c["host"], c["unit"], c["build_id"]) for c in smoke["consumers"]) == sorted(
+        (name, unit, B2) for name in WORKERS for unit in WORKER_UNITS), smoke
+    assert any(line.startswith("queue default: ") and "no smoke job sent behind its" in line
+               for line in rep["summary"]), rep["summary"]
+    # Every long task ran exactly once: the restarts waited for the running ones and lost none.
+    runs = {}
+    for dummy in range(60):
+        runs = json.loads(web.check_output("/usr/local/sbin/shop-task --sleep --runs backlog 48").splitlines()[-1])
+        if runs["done"] == 48:
+            break
+        time.sleep(3)
+    assert runs == {"done": 48, "runs": {"1": 48}}, runs
+
+
 def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():
     # Every deploy, status and diagnose of these tests logged here (ANSIBLE_LOG_PATH), the failed migration and the
     # crashing releases that printed the broker URL included.

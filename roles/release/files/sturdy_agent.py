@@ -10,7 +10,9 @@ STURDY_AGENT=celery; then, inside a Celery worker:
   STOPPING=1 on warm shutdown, WATCHDOG=1 from the worker's own event loop when the unit sets WatchdogSec=;
 - a per-instance smoke queue (smoke_queue()) and a task `sturdy.smoke` that answers with the build of the
   release the code was loaded from, the host, unit, main PID, release path, the queues the worker consumes
-  and its reliability settings.
+  and its reliability settings. The smoke queue has a consumer and channel of its own (SmokeConsumer), so a smoke
+  job never waits behind the app's backlog or prefetched tasks: it runs in the pool when a slot is free, and when
+  every slot is busy the worker's main process answers at once, naming the tasks that occupy them.
 
 - a record of each task while it runs ($STATE_DIRECTORY/sturdy-tasks/<unit>/<pid>.json: id, name, start, the
   unit's invocation), left behind when the worker is killed, so a diagnosis can tell what it was running;
@@ -181,12 +183,15 @@ def loaded_build() -> tuple[str | None, str | None]:
         return release, None
 
 
-def answer(token: str, conf, consumed: list[str]) -> dict:
-    """What the smoke task returns."""
+def answer(token: str, conf, consumed: list[str], ran_in: str = "pool", busy: list | None = None) -> dict:
+    """What the smoke job answers: from the pool (ran_in "pool"), or from the worker's main process while every pool
+    slot is busy (ran_in "worker", busy: the tasks occupying the slots)."""
     release, build_id = loaded_build()
     options = conf.broker_transport_options or {}
     return {
         "token": token,
+        "ran_in": ran_in,
+        "busy": busy or [],
         "build_id": build_id,
         "release": release,
         "cwd": os.path.realpath(os.getcwd()),
@@ -542,6 +547,79 @@ def install_gate(consumer) -> None:
         consumer.on_invalid_task, lambda message, exc: f"invalid message in build {gate.build}: {exc}")
 
 
+def pool_load(reserved, held) -> list:
+    """The tasks (smoke jobs aside) this worker has handed to its pool: reserved, minus those the gate still holds."""
+    held = {id(r) for r in held}
+    return [r for r in reserved if r.name != SMOKE_TASK and id(r) not in held]
+
+
+def expired(headers: dict, now: datetime.datetime) -> bool:
+    stamp = headers.get("expires")
+    if not stamp:
+        return False
+    try:
+        return datetime.datetime.fromisoformat(str(stamp)) < now
+    except (TypeError, ValueError):
+        return False
+
+
+def answer_smoke(consumer, message, to_pool, reserved) -> None:
+    """Hand a smoke job to the pool when a slot is free; when every slot is busy, answer it from here (the worker's
+    main process, which loaded the same release) with the tasks occupying the slots: proof the instance runs the build
+    and takes work, without waiting for the backlog. `reserved`: the requests the worker holds (Celery's state)."""
+    gate = _STATE.get("gate")
+    load = pool_load(list(reserved), list(gate.waiting) if gate else [])
+    if len(load) < (_STATE.get("concurrency") or 1):
+        return to_pool(message)
+    headers = message.headers or {}
+    if expired(headers, datetime.datetime.now(datetime.timezone.utc)):
+        return message.ack()  # the deploy that sent it stopped waiting long ago
+    try:
+        token = message.decode()[0][0]
+    except (TypeError, ValueError, IndexError, KeyError):
+        token = None
+    now = time.time()
+    busy = [{"id": r.id, "name": r.name, "running_for": round(now - r.time_start, 1) if r.time_start else None}
+            for r in load]
+    app = consumer.app
+    app.backend.store_result(headers.get("id"), answer(token, app.conf, list(app.amqp.queues.consume_from or
+                                                                               app.amqp.queues), "worker", busy),
+                             "SUCCESS")
+    from celery.utils.log import get_logger  # pylint: disable=import-outside-toplevel
+
+    get_logger("sturdy_agent").info("sturdy_agent: smoke job %s answered by the worker itself: every pool slot is busy "
+                                    "(%s)", headers.get("id"), ", ".join(f"{b['name']}[{b['id']}]" for b in busy))
+    return message.ack()
+
+
+def smoke_consumer_step():
+    """A consumer bootstep for the instance's smoke queue, on a channel of its own: the task consumer's prefetch limit
+    (full while long tasks run) does not hold the smoke job back, and it is restarted with the connection."""
+    from celery import bootsteps  # pylint: disable=import-outside-toplevel
+    from celery.worker import state as worker_state  # pylint: disable=import-outside-toplevel
+    from kombu import Consumer  # pylint: disable=import-outside-toplevel
+
+    class SmokeConsumer(bootsteps.ConsumerStep):
+        requires = ("celery.worker.consumer.tasks:Tasks",)
+
+        def start(self, c):
+            self.c, self.to_pool = c, c.create_task_handler()  # pylint: disable=attribute-defined-outside-init
+            super().start(c)
+
+        def _close(self, c, cancel_consumers=True):
+            if c.connection is None:  # lost with the broker: its channel went with it
+                self.consumers = None  # pylint: disable=attribute-defined-outside-init
+                return
+            super()._close(c, cancel_consumers)
+
+        def get_consumers(self, channel):
+            return [Consumer(channel, queues=[own_queue(own_smoke_queue())], accept=self.c.app.conf.accept_content,
+                             on_message=lambda message: answer_smoke(self.c, message, self.to_pool,
+                                                                     worker_state.reserved_requests))]
+
+    return SmokeConsumer
+
+
 def install_celery_hooks() -> None:
     """Connect to Celery's worker signals (called at interpreter start when STURDY_AGENT=celery)."""
     from celery import signals  # pylint: disable=import-outside-toplevel
@@ -552,13 +630,9 @@ def install_celery_hooks() -> None:
         record = task_record_path()
         if record:
             prune_task_records(os.path.dirname(record), time.time())
-        queue = own_smoke_queue()
-        if queue:
-            app.amqp.queues.select_add(own_queue(queue))
-
         @app.task(name=SMOKE_TASK, bind=True, acks_late=False, ignore_result=False)
         def smoke(task, token):
-            return answer(token, task.app.conf, list(task.app.amqp.queues.consume_from or task.app.amqp.queues))
+            return answer(token, task.app.conf, list(task.app.amqp.queues.consume_from or task.app.amqp.queues), "pool")
 
         _STATE["smoke"] = smoke
         register_health()
@@ -574,6 +648,11 @@ def install_celery_hooks() -> None:
         if usec and timer is not None:
             # Fed from the worker's event loop: a loop that hangs stops feeding and systemd restarts the unit.
             _STATE["watchdog"] = timer.call_repeatedly(usec / 2e6, notify, ("WATCHDOG=1",), priority=10)
+
+    def init(sender=None, instance=None, **_):
+        # Before the worker builds its consumer: the smoke queue gets a consumer step of its own.
+        if own_smoke_queue():
+            instance.app.steps["consumer"].add(smoke_consumer_step())
 
     def stopping(sig=None, how=None, **_):
         notify(f"STOPPING=1\nSTATUS={how} shutdown ({sig})")
@@ -628,6 +707,7 @@ def install_celery_hooks() -> None:
             headers.setdefault(SENT_HEADER, time.time())
 
     signals.before_task_publish.connect(stamp, weak=False)
+    signals.celeryd_init.connect(init, weak=False)
     signals.celeryd_after_setup.connect(after_setup, weak=False)
     signals.worker_ready.connect(ready, weak=False)
     signals.worker_shutting_down.connect(stopping, weak=False)
@@ -663,10 +743,16 @@ def _celery_app(spec: str):
 
 
 def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
-    """Send one smoke job to each queue and wait for all answers until the deadline."""
+    """Send one smoke job to each queue and wait for all answers until the deadline.
+
+    A real queue that already holds messages gets no job (it would wait behind them, past any deadline): its proof is
+    the workers consuming it now, each naming its build (the sturdy_health query their main processes answer)."""
     app = _celery_app(celery_app)
+    backlog = waiting(app, [q for q in targets if not q.startswith(SMOKE_PREFIX)])
     sent = []
     for queue in targets:
+        if backlog.get(queue):
+            continue
         token = uuid.uuid4().hex
         started = time.monotonic()
         # expires: a job nobody took in time is dropped instead of answering a later deploy.
@@ -675,7 +761,7 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
         result = app.send_task(SMOKE_TASK, args=[token], queue=destination, expires=timeout)
         sent.append((queue, token, started, result))
     deadline = time.monotonic() + timeout
-    found = []
+    found = {}
     for queue, token, started, result in sent:
         entry = {"queue": queue, "token": token}
         try:
@@ -683,8 +769,39 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
             entry.update(ok=got.get("token") == token, answer=got, latency=round(time.monotonic() - started, 3))
         except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
             entry.update(ok=False, error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-        found.append(entry)
-    return found
+        found[queue] = entry
+    if any(backlog.values()):
+        started = time.monotonic()
+        nodes = health_of(app, min(timeout, 5.0))
+        for queue, depth in backlog.items():
+            if depth:
+                consumers = [{"node": node, **{k: reply.get(k) for k in ("build_id", "host", "unit")}}
+                             for node, reply in sorted(nodes.items()) if queue in reply.get("queues", [])]
+                found[queue] = {"queue": queue, "backlog": depth, "consumers": consumers, "ok": bool(consumers),
+                                "latency": round(time.monotonic() - started, 3)}
+    return [found[queue] for queue in targets if queue in found]
+
+
+def waiting(app, queues: list[str]) -> dict:
+    """How many messages each queue holds (0 where it cannot be told: the smoke job is sent then)."""
+    counts = dict.fromkeys(queues, 0)
+    if not queues:
+        return counts
+    try:
+        with app.connection_for_read() as conn:
+            channel = conn.channel()
+            for queue in queues:
+                counts[queue], channel = _depth(conn, channel, queue)
+    except Exception:  # pylint: disable=broad-exception-caught  # the job itself tells
+        pass
+    return counts
+
+
+def health_of(app, timeout: float) -> dict:
+    """{node: sturdy_health answer} of every worker of the app that answers within `timeout`."""
+    replies = app.control.broadcast("sturdy_health", reply=True, timeout=timeout)
+    return {node: answer for reply in replies or [] for node, answer in reply.items()
+            if isinstance(answer, dict) and "queues" in answer}
 
 
 def oldest_waiting(raw, now: float) -> dict:
@@ -934,8 +1051,7 @@ def main(argv=None) -> int:
         print(json.dumps(task_states(args.celery_app, args.ids), sort_keys=True))
         return 0
     if args.command == "health":
-        replies = _celery_app(args.celery_app).control.broadcast("sturdy_health", reply=True, timeout=args.timeout)
-        print(json.dumps({node: answer for reply in replies or [] for node, answer in reply.items()}, sort_keys=True))
+        print(json.dumps(health_of(_celery_app(args.celery_app), args.timeout), sort_keys=True))
         return 0
     if args.command == "queue":
         print(own_smoke_queue() or "")

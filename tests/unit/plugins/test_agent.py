@@ -233,3 +233,60 @@ def test_the_rate_is_read_from_the_unit_and_ignored_when_unusable(agent):
     assert agent.per_instance_rate({}) is None
     assert agent.per_instance_rate({"STURDY_RATE_LIMIT": "fast"}) is None
     assert agent.per_instance_rate({"STURDY_RATE_LIMIT": "0"}) is None
+
+
+def test_a_smoke_job_runs_in_the_pool_with_a_free_slot_and_is_answered_at_once_when_every_slot_is_busy(
+        agent, monkeypatch):
+    """The smoke queue has a consumer of its own: the job never waits behind the app's tasks."""
+
+    class Request:
+        def __init__(self, name, started):
+            self.id, self.name, self.time_start = f"id-{name}", name, started
+
+    class Message:
+        headers = {"id": "smoke-1", "task": "sturdy.smoke"}
+
+        def __init__(self, expires=None):
+            self.acked = False
+            if expires:
+                self.headers = {**self.headers, "expires": expires}
+
+        def decode(self):
+            return (["tok"], {}, {})
+
+        def ack(self):
+            self.acked = True
+
+    stored = []
+
+    class App:
+        conf = type("Conf", (), {"broker_transport_options": {}, "task_acks_late": True,
+                                 "task_reject_on_worker_lost": True, "worker_prefetch_multiplier": 1,
+                                 "task_time_limit": None, "task_soft_time_limit": None})
+        amqp = type("Amqp", (), {"queues": type("Queues", (dict,), {"consume_from": {"default": None}})()})
+        backend = type("Backend", (), {"store_result": staticmethod(lambda *a: stored.append(a))})
+
+    consumer = type("Consumer", (), {"app": App})
+    pooled = []
+    long_task = Request("shop.sleep", agent.time.time() - 6)
+    held = Request("shop.record", None)
+    reserved = {long_task, held}
+    monkeypatch.setitem(agent._STATE, "concurrency", 1)  # pylint: disable=protected-access
+    # The only slot runs a long task (the rate-limit gate still holds another): answered here, naming the task.
+    monkeypatch.setitem(agent._STATE, "gate", type("Gate", (), {"waiting": [held]}))  # pylint: disable=protected-access
+    message = Message()
+    agent.answer_smoke(consumer, message, pooled.append, reserved)
+    assert pooled == [] and message.acked
+    task_id, result, state = stored[0]
+    assert (task_id, state, result["token"], result["ran_in"], result["build_id"]) == ("smoke-1", "SUCCESS", "tok",
+                                                                                       "worker", "b7")
+    assert [(b["name"], b["running_for"] >= 6) for b in result["busy"]] == [("shop.sleep", True)]
+    # An expired job (its deploy stopped waiting) is dropped, not answered.
+    stored.clear()
+    agent.answer_smoke(consumer, Message(expires="2020-01-01T00:00:00+00:00"), pooled.append, reserved)
+    assert stored == [] and pooled == []
+    # A free slot: the pool runs it, as any task.
+    monkeypatch.setitem(agent._STATE, "concurrency", 2)  # pylint: disable=protected-access
+    message = Message()
+    agent.answer_smoke(consumer, message, pooled.append, reserved)
+    assert pooled == [message] and not message.acked and stored == []

@@ -26,7 +26,8 @@ def test_success_report_has_builds_phases_restarts_and_latency():
     assert rep["phases"] == {"preflight": 10.0, "install": 20.0, "migrate": 5.0, "restart": 25.0, "finish": 10.0}
     inst = rep["hosts"]["h1"]["instances"]["shop-worker@1.service"]
     assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "restart_seconds": 4.2,
-                    "active": "active", "smoke_build": "2", "smoke_latency": 0.05}
+                    "active": "active", "smoke_build": "2", "smoke_latency": 0.05, "smoke_ran_in": None,
+                    "smoke_busy": []}
     assert rep["hosts"]["h1"]["from"] == "1" and rep["hosts"]["h1"]["to"] == "2"
     assert rep["summary"][0].startswith("deploy shop 2: success in 70.0s")
     assert "restarted in 4.2s" in rep["summary"][2]
@@ -65,7 +66,7 @@ def test_the_report_shows_each_queues_backlog_its_drain_time_and_dead_letters():
               {"queue": "bulk", "error": "ConnectionRefusedError: [Errno 111]"}]
     rep = deploy_report({"h1": dict(record(), queues=queues), "h2": record()}, RUN, PLAN, 1070.0)
     assert rep["queues"]["default"] == {"depth": 1200, "oldest_age": 95.0, "dead_letter_depth": 2, "consumers": ["w@a"],
-                                        "rate_limit": 20, "drain_seconds": 60.0, "error": None}
+                                        "rate_limit": 20, "drain_seconds": 60.0, "error": None, "smoke": None}
     assert rep["summary"][-3:] == [
         "queue default: 1200 waiting, the oldest for 1min, drains in 1min at the soonest (rate_limit 20/s), "
         "2 dead letter(s) (ansible-playbook sturdy.workers.dead_letters lists them)",
@@ -73,3 +74,22 @@ def test_the_report_shows_each_queues_backlog_its_drain_time_and_dead_letters():
         "queue bulk: not read (ConnectionRefusedError: [Errno 111])",
     ]
     assert deploy_report({"h1": record()}, RUN, PLAN, 1070.0)["queues"] == {}
+
+
+def test_the_report_says_how_each_instance_and_queue_was_proven_under_a_backlog():
+    busy = record()
+    busy["smoke"][0]["instances"][0]["answer"].update(ran_in="worker", busy=[{"id": "t1", "name": "shop.sleep",
+                                                                               "running_for": 6.5}])
+    consumers = [{"node": "worker1@a", "build_id": "2"}, {"node": "worker2@a", "build_id": "2"}]
+    busy.update(queues=[{"queue": "default", "depth": 40}, {"queue": "mail", "depth": 0}],
+                queue_smoke=[{"queue": "default", "ok": True, "backlog": 41, "consumers": consumers},
+                             {"queue": "mail", "ok": True, "latency": 0.2, "answer": {"build_id": "2"}}])
+    rep = deploy_report({"h1": busy}, RUN, PLAN, 1070.0)
+    inst = rep["hosts"]["h1"]["instances"]["shop-worker@1.service"]
+    assert inst["smoke_ran_in"] == "worker" and inst["smoke_busy"][0]["name"] == "shop.sleep"
+    assert ("smoke 2 in 0.05s (answered by the worker: every slot busy with 1 task(s), the longest running 6.5s)"
+            in rep["summary"][2])
+    assert rep["summary"][-2:] == [
+        "queue default: 40 waiting, no smoke job sent behind its 41 waiting: consumed by 2 worker(s) on build 2",
+        "queue mail: 0 waiting, smoke job answered by build 2 in 0.2s",
+    ]
