@@ -20,8 +20,8 @@ description:
     (C(ran_in=worker)) and names the tasks occupying the slots (C(busy)).
   - Then sends one job through each queue in O(queues), the names the producers use; some worker must take it. A
     queue renamed on one side only fails here, with the queues the workers do consume. A queue that already holds
-    messages gets no job (it would wait behind them, past the deadline): every worker consuming it must answer the
-    agent's health query with O(build_id), and at least one must consume it.
+    messages gets no job (it would wait behind them, past the deadline); instead every worker consuming it must
+    answer the agent's health query with O(build_id), and at least one must consume it.
   - The client runs on the host through C(systemd-run) as O(user) with O(properties) (the units'
     C(EnvironmentFile=)/C(LoadCredential=) lines), from O(release), so it reaches the broker exactly as the app
     does and no secret passes through Ansible.
@@ -234,9 +234,9 @@ def main():
                     + ". Make the worker's queues (its -Q option) and the producers' queue names agree, and list them "
                       "in sturdy_processes[].queues")
             elif others:
+                names = ", ".join(f"{c.get('unit')} on {c.get('host')} ({c.get('build_id')})" for c in others)
                 failures.append(f"queue {entry['queue']!r} ({entry['backlog']} waiting) is consumed by workers running "
-                                "another build: " + ", ".join(f"{c.get('unit')} on {c.get('host')} ({c.get('build_id')})"
-                                                             for c in others) + f", expected {p['build_id']}")
+                                f"another build: {names}, expected {p['build_id']}")
         elif not entry.get("ok"):
             failures.append(
                 f"No worker took the smoke job sent to queue {entry['queue']!r} within {p['timeout']:g}s: nothing "

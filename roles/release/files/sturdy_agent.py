@@ -582,13 +582,11 @@ def answer_smoke(consumer, message, to_pool, reserved) -> None:
     busy = [{"id": r.id, "name": r.name, "running_for": round(now - r.time_start, 1) if r.time_start else None}
             for r in load]
     app = consumer.app
-    app.backend.store_result(headers.get("id"), answer(token, app.conf, list(app.amqp.queues.consume_from or
-                                                                               app.amqp.queues), "worker", busy),
-                             "SUCCESS")
-    from celery.utils.log import get_logger  # pylint: disable=import-outside-toplevel
-
-    get_logger("sturdy_agent").info("sturdy_agent: smoke job %s answered by the worker itself: every pool slot is busy "
-                                    "(%s)", headers.get("id"), ", ".join(f"{b['name']}[{b['id']}]" for b in busy))
+    queues = list(app.amqp.queues.consume_from or app.amqp.queues)
+    app.backend.store_result(headers.get("id"), answer(token, app.conf, queues, "worker", busy), "SUCCESS")
+    if getattr(gate, "log", None) is not None:
+        gate.log.info("sturdy_agent: smoke job %s answered by the worker itself: every pool slot is busy (%s)",
+                      headers.get("id"), ", ".join(f"{b['name']}[{b['id']}]" for b in busy))
     return message.ack()
 
 
@@ -630,6 +628,7 @@ def install_celery_hooks() -> None:
         record = task_record_path()
         if record:
             prune_task_records(os.path.dirname(record), time.time())
+
         @app.task(name=SMOKE_TASK, bind=True, acks_late=False, ignore_result=False)
         def smoke(task, token):
             return answer(token, task.app.conf, list(task.app.amqp.queues.consume_from or task.app.amqp.queues), "pool")

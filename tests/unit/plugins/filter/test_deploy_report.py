@@ -78,8 +78,8 @@ def test_the_report_shows_each_queues_backlog_its_drain_time_and_dead_letters():
 
 def test_the_report_says_how_each_instance_and_queue_was_proven_under_a_backlog():
     busy = record()
-    busy["smoke"][0]["instances"][0]["answer"].update(ran_in="worker", busy=[{"id": "t1", "name": "shop.sleep",
-                                                                               "running_for": 6.5}])
+    running = [{"id": "t1", "name": "shop.sleep", "running_for": 6.5}]
+    busy["smoke"][0]["instances"][0]["answer"].update(ran_in="worker", busy=running)
     consumers = [{"node": "worker1@a", "build_id": "2"}, {"node": "worker2@a", "build_id": "2"}]
     busy.update(queues=[{"queue": "default", "depth": 40}, {"queue": "mail", "depth": 0}],
                 queue_smoke=[{"queue": "default", "ok": True, "backlog": 41, "consumers": consumers},
