@@ -15,7 +15,7 @@ description:
   - Sends a smoke job to the per-instance smoke queue of each unit in O(units) (the sturdy.workers agent in the
     release makes every instance consume its own) and waits until O(timeout) for all answers. Each answer must
     name O(build_id), this host, the unit, the unit's C(MainPID) and a working directory inside O(release). The
-    agent consumes the smoke queue on a channel of its own, so the job never waits behind the app's tasks: with a free
+    agent consumes the smoke queue on a channel of its own, so the job never waits behind the app's tasks; with a free
     pool slot it runs in the pool (C(ran_in=pool)); with every slot busy the worker's main process answers at once
     (C(ran_in=worker)) and names the tasks occupying the slots (C(busy)).
   - Then sends one job through each queue in O(queues), the names the producers use; some worker must take it. A
