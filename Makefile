@@ -81,6 +81,7 @@ sanity: $(SANITY_VENV)/.installed collection-copy
 	export ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.build; \
 	  for m in plugins/modules/*.py; do ansible-doc sturdy.workers.$$(basename $$m .py) >/dev/null; done; \
 	  for f in plugins/filter/*.py; do ansible-doc -t filter sturdy.workers.$$(basename $$f .py) >/dev/null; done; \
+	  for f in plugins/lookup/*.py; do ansible-doc -t lookup sturdy.workers.$$(basename $$f .py) >/dev/null; done; \
 	  for r in roles/*/; do ansible-doc -t role sturdy.workers.$$(basename $$r) >/dev/null; done
 
 ## unit: pytest for plugins and module_utils

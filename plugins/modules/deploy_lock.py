@@ -12,9 +12,12 @@ author: sturdy.workers contributors (@sturdy-workers)
 description:
   - O(state=present) takes the lock file O(path) for the deploy O(run_id), created exclusively (C(O_EXCL)), so of
     two deploys started together exactly one gets it. A lock already held by the same O(run_id) is kept.
-  - A lock held by another deploy fails with its owner, build and age; one older than O(stale_after) is reported as
-    stale with how to clear it. It is never taken over silently, unless O(break_stale) is set and it is stale.
-  - O(state=absent) releases the lock if O(run_id) holds it.
+  - A lock held by the same O(run_id) is renewed (its lease, a sign of life).
+  - A lock held by another deploy fails with its owner, build, age and whether that deploy is alive, as O(verdicts)
+    (judged on the controller by P(sturdy.workers.deploy_lock_verdicts#filter)) says, or, without a verdict, as its
+    lease here says (no sign of life for O(stale_after) seconds). A dead deploy's lock is taken over only with
+    O(break_stale); a live deploy's lock never.
+  - O(state=absent) releases the lock if O(run_id) holds it. O(state=query) only returns the holder.
   - In check mode, reports whether the lock is free and takes nothing.
 options:
   path:
@@ -22,9 +25,9 @@ options:
     type: path
     required: true
   state:
-    description: Take (C(present)) or release (C(absent)) the lock.
+    description: Take or renew (C(present)), release (C(absent)) the lock, or read it (C(query)).
     type: str
-    choices: [present, absent]
+    choices: [present, absent, query]
     default: present
   run_id:
     description: Identifies this deploy run; the same on every host of the run.
@@ -39,13 +42,23 @@ options:
     type: str
     default: ""
   stale_after:
-    description: Seconds after which a lock is reported as stale.
+    description: The lease, without a verdict for the holder's run; seconds without a sign of life after which the
+      deploy holding a lock is dead.
     type: int
-    default: 3600
+    default: 180
   break_stale:
-    description: Take over a stale lock (its deploy is known to be dead).
+    description: Take over the lock of a dead deploy.
     type: bool
     default: false
+  controller:
+    description: This deploy's controller process (P(sturdy.workers.deploy_controller#lookup)), recorded in the lock.
+    type: dict
+    default: {}
+  verdicts:
+    description: Run ID to C(alive) and C(why) (P(sturdy.workers.deploy_lock_verdicts#filter)), for the run holding
+      the lock.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -70,36 +83,43 @@ EXAMPLES = r"""
 
 RETURN = r"""
 holder:
-  description: The lock's content before this call (run_id, owner, build_id, started, pid), if it existed.
+  description: The lock's content before this call (run_id, owner, build_id, started, started_epoch,
+    renewed_epoch, controller), if it existed.
   returned: always
   type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import LockHeld, release, take
+from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import LockHeld, read, release, take
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "state": {"type": "str", "choices": ["present", "absent", "query"], "default": "present"},
             "run_id": {"type": "str", "required": True},
             "owner": {"type": "str", "default": ""},
             "build_id": {"type": "str", "default": ""},
-            "stale_after": {"type": "int", "default": 3600},
+            "stale_after": {"type": "int", "default": 180},
             "break_stale": {"type": "bool", "default": False},
+            "controller": {"type": "dict", "default": {}},
+            "verdicts": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     p = module.params
+    if p["state"] == "query":
+        module.exit_json(changed=False, holder=read(p["path"]) or {})
     if p["state"] == "absent":
         changed, holder = release(p["path"], p["run_id"], module.check_mode)
         module.exit_json(changed=changed, holder=holder)
+    verdict = p["verdicts"].get((read(p["path"]) or {}).get("run_id") or "")
     try:
         changed, holder, warning = take(p["path"], p["run_id"], p["owner"], p["build_id"], p["stale_after"],
-                                        p["break_stale"], module.check_mode)
+                                        p["break_stale"], module.check_mode, controller=p["controller"],
+                                        verdict=verdict if isinstance(verdict, dict) and "alive" in verdict else None)
     except LockHeld as exc:
         module.fail_json(msg=str(exc), holder=exc.holder)
     if warning:

@@ -20,6 +20,13 @@ description:
   - Stops at the first unit that fails and reports it with its last journal lines; the units after it are not
     touched, so the others keep running the build they ran.
 options:
+  lease:
+    description:
+      - The deploy lock this run holds here (C(path), C(run_id)); its lease is renewed every 15 seconds while the
+        restarts run, so a long restart (tasks finishing under a warm shutdown) is a sign of life. Empty renews
+        nothing.
+    type: dict
+    default: {}
   units:
     description: Units to restart, in order. Each is a name, or a dictionary with C(name) and C(http) (a readiness URL
       that must answer 2xx).
@@ -91,6 +98,7 @@ from urllib.error import URLError
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import LeaseKeeper
 from ansible_collections.sturdy.workers.plugins.module_utils.rollout import Host, RolloutError, roll
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
@@ -113,6 +121,7 @@ def main():
             "journal_lines": {"type": "int", "default": 25},
             # The unit lines that load the secrets (paths), not the secrets.
             "secret_directives": {"type": "list", "elements": "str", "default": [], "no_log": False},
+            "lease": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -124,7 +133,8 @@ def main():
         module.exit_json(changed=True, restarted=[{"name": u["name"]} for u in units])
     host = Host(lambda argv: module.run_command(argv, environ_update=ENV), http_ok)
     try:
-        restarted = roll(host, units, p["settle"], p["ready_timeout"], p["journal_lines"])
+        with LeaseKeeper(p["lease"].get("path"), p["lease"].get("run_id")):
+            restarted = roll(host, units, p["settle"], p["ready_timeout"], p["journal_lines"])
     except RolloutError as exc:
         # The journal lines are the app's own: mask the secret values the units load before they go out.
         mask = host_masker(p["secret_directives"], module.run_command)

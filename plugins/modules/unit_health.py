@@ -77,7 +77,8 @@ members:
   sample: [shop-worker@1.service, shop-worker@2.service]
 units:
   description:
-    - For each requested unit and member, the properties as strings, plus C(Outdated).
+    - For each requested unit and member, the properties as strings, plus C(Outdated) and C(Cwd) (the working
+      directory of its main process, resolved; null when it is not running).
     - C(Outdated) is true when the unit is running and its main process started before its unit file, a drop-in,
       one of its environment files or a credential file it loads (C(LoadCredential=), C(LoadCredentialEncrypted=))
       last changed; a restart picks up the new definition.
@@ -99,6 +100,8 @@ unit_files:
       path: /etc/systemd/system/shop-worker@.service
       marker: true
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -132,6 +135,13 @@ def main():
         result = query(run, module.params["units"], module.params["target"], module.params["properties"])
     except SystemdQueryError as exc:
         module.fail_json(msg=str(exc))
+    for props in result["units"].values():
+        # The release a running unit's main process runs from (a deploy killed midway leaves several).
+        pid = props.get("MainPID") or "0"
+        try:
+            props["Cwd"] = os.path.realpath(f"/proc/{int(pid)}/cwd") if pid != "0" else None
+        except (OSError, ValueError):
+            props["Cwd"] = None
     result["unit_files"] = find_unit_files(module.params["unit_files"], module.params["marker"])
     module.exit_json(changed=False, **result)
 

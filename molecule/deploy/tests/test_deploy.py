@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -216,7 +217,7 @@ def test_dead_letters_requeued_after_deploying_a_build_that_knows_them_complete_
     assert task("web-trixie", "after-dead-letters")["build_id"] == B5
 
 
-def test_stale_lock_is_reported_with_its_owner_and_time():
+def test_a_lock_without_a_sign_of_life_is_reported_dead_with_its_owner_and_time():
     h = host("web-trixie")
     h.check_output("printf '%s' '{\"run_id\": \"old\", \"owner\": \"alice@ci-7\", \"build_id\": \"x\", "
                    "\"started\": \"2026-11-28T01:00:00+00:00\", \"started_epoch\": 1764291600}' > /srv/shop/.deploy.lock")
@@ -224,14 +225,53 @@ def test_stale_lock_is_reported_with_its_owner_and_time():
         result = deploy(B2)
         assert result.returncode != 0
         text = said(result)
-        assert "STALE" in text and "alice@ci-7" in text and "2026-11-28T01:00:00+00:00" in text, text[-3000:]
-        assert "sturdy_deploy_break_lock=true" in text
+        assert "held by a DEAD deploy" in text and "alice@ci-7" in text and "2026-11-28T01:00:00+00:00" in text, \
+            text[-3000:]
+        assert "no sign of life for" in text and "sturdy_deploy_break_lock=true" in text
         # Refused in preflight: still on build 5, and no other host took a lock.
         assert all(current(name) == B5 for name in APPS)
         assert not any(host(name).file("/srv/shop/.deploy.lock").exists for name in APPS if name != "web-trixie")
         assert json.loads(h.file("/srv/shop/.deploy.lock").content_string)["owner"] == "alice@ci-7"
     finally:
         h.check_output("rm -f /srv/shop/.deploy.lock")
+
+
+def test_a_deploy_killed_between_restarts_is_known_dead_at_once_and_one_flag_lets_the_next_converge():
+    # The controller SIGKILLed (a cancelled CI job) once worker-bookworm's first instance runs build 2 and before the
+    # rollout reaches worker-trixie: hosts and instances are left on two builds, with the dead run's lock.
+    first = subprocess.Popen(deploy_cmd(B2), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        bookworm = host("worker-bookworm")
+        wait_for("worker-bookworm's first instance on build 2", lambda: bookworm.run(
+            "readlink /proc/$(systemctl show -P MainPID shop-worker@1.service)/cwd").stdout.strip()
+            == f"/srv/shop/releases/{B2}", 240)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert current("worker-trixie") == B5 and host("worker-trixie").file("/srv/shop/.deploy.lock").exists
+    # Without the flag: refused at once (not after an hour), saying why the holder is dead and what to do.
+    refused = deploy(B2)
+    text = said(refused)
+    assert refused.returncode != 0
+    assert "held by a DEAD deploy" in text and f"for build {B2}" in text, text[-3000:]
+    assert f"its ansible-playbook process {first.pid} on " in text and "is gone" in text
+    assert "sturdy_deploy_break_lock=true" in text
+    assert current("worker-trixie") == B5
+    # With it: the lock taken over, the builds left behind named, every host and instance brought to build 2.
+    result = deploy(B2, sturdy_deploy_break_lock=True)
+    text = said(result)
+    assert result.returncode == 0, text[-3000:]
+    assert "Took over the deploy lock" in text and "of a dead deploy" in text
+    assert "Before this deploy the app's instances run 2 builds: " in text, text[-3000:]
+    assert f"{B2} on worker-bookworm shop-worker@1.service" in text and f"{B5} on web-trixie shop-web@1.service" in text
+    assert report()["result"] == "success"
+    for name in APPS:
+        assert current(name) == B2 and not host(name).file("/srv/shop/.deploy.lock").exists
+        for unit in units_of(name):
+            assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}", (name, unit)
+    # And back to build 5, where the tests after this one start.
+    assert deploy(B5).returncode == 0
 
 
 def test_readme_restart_restarts_every_instance_on_every_host_and_proves_the_build():

@@ -30,4 +30,20 @@ def test_breaking_a_stale_lock_warns(run_module, tmp_path):
     path = tmp_path / ".deploy.lock"
     path.write_text(json.dumps({"run_id": "old", "owner": "bob", "started_epoch": 1}))
     result, dummy = run_module(deploy_lock, {"path": str(path), "run_id": "r1", "break_stale": True})
-    assert result["changed"] and any("Took over the stale deploy lock" in w for w in result["warnings_given"])
+    assert result["changed"] and any("Took over the deploy lock" in w for w in result["warnings_given"])
+
+
+def test_a_live_deploys_lock_is_never_taken_over_and_a_dead_ones_only_with_the_flag(run_module, tmp_path):
+    path = str(tmp_path / ".deploy.lock")
+    run_module(deploy_lock, {"path": path, "run_id": "r1", "owner": "me@ci", "build_id": "2"})
+    alive = {"r1": {"alive": True, "why": "its ansible-playbook process 7 on ctl is running"}}
+    result, dummy = run_module(deploy_lock, {"path": path, "run_id": "r2", "break_stale": True, "verdicts": alive})
+    assert result["failed"] and "Another deploy is running" in result["msg"] and "process 7 on ctl is running" in result["msg"]
+    dead = {"r1": {"alive": False, "why": "its ansible-playbook process 7 on ctl is gone"}}
+    result, dummy = run_module(deploy_lock, {"path": path, "run_id": "r2", "verdicts": dead})
+    assert result["failed"] and "held by a DEAD deploy" in result["msg"] and "sturdy_deploy_break_lock=true" in result["msg"]
+    result, dummy = run_module(deploy_lock, {"path": path, "run_id": "r2", "break_stale": True, "verdicts": dead,
+                                             "controller": {"host": "ctl", "pid": 8}})
+    assert result["changed"] and json.loads(open(path).read())["controller"] == {"host": "ctl", "pid": 8}
+    result, dummy = run_module(deploy_lock, {"path": path, "run_id": "x", "state": "query"})
+    assert not result["changed"] and result["holder"]["run_id"] == "r2"
