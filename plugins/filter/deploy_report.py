@@ -90,6 +90,8 @@ def _instances(record: dict) -> dict:
             "nrestarts_after": a.get("NRestarts"),
             "restarted": bool(b.get("InvocationID")) and b.get("InvocationID") != a.get("InvocationID"),
             "restart_seconds": _get(restarted, unit, "seconds"),
+            # How long the old process took to stop: a warm shutdown waits for the tasks it runs.
+            "stop_seconds": _get(restarted, unit, "stop_seconds"),
             "active": a.get("ActiveState"),
             "smoke_build": _get(s, "answer", "build_id"),
             "smoke_latency": s.get("latency"),
@@ -198,6 +200,8 @@ def deploy_report(records, run, plan, finished, rollback=True):
                 smoke += (f" (answered by the worker: every slot busy with {len(inst['smoke_busy'])} task(s), the "
                           f"longest running {longest:g}s)")
             took = f" in {inst['restart_seconds']}s" if inst["restart_seconds"] is not None else ""
+            if inst["stop_seconds"]:
+                took += f" (its stop waited {inst['stop_seconds']}s for running tasks)"
             lines.append(f"  {unit}: {inst['active'] or 'state unknown'}, {'restarted' + took if inst['restarted'] else 'not restarted'}, "
                          f"NRestarts {inst['nrestarts_before'] or '-'} -> {inst['nrestarts_after'] or '-'}, {smoke}")
     lines += [_queue_line(name, q) for name, q in queues.items()]

@@ -18,6 +18,9 @@ from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query impor
 )
 
 POLL = 0.5
+# When a restart's stop began (the old process left active) and ended (it entered inactive): how long the stop waited
+# for running tasks under a warm shutdown.
+STOP_PROPERTIES = ("ActiveExitTimestampMonotonic", "InactiveEnterTimestampMonotonic")
 # Marks of systemd's own record of an exit, which journald may write after the process's last words.
 EXIT_MARKS = ("Main process exited", "Failed with result")
 
@@ -39,7 +42,8 @@ class Host:
         self.run, self.http_ok, self.clock, self.wall, self.sleep = run, http_ok, clock, wall, sleep
 
     def show(self, name: str) -> dict:
-        rc, out, err = self.run(["systemctl", "show", "--property=" + ",".join(WATCH_PROPERTIES), "--", name])
+        rc, out, err = self.run(["systemctl", "show", "--property=" + ",".join(WATCH_PROPERTIES + STOP_PROPERTIES), "--",
+                                 name])
         if rc != 0:
             raise RuntimeError(f"systemctl show {name} failed (rc {rc}): {err.strip()}")
         return (parse_show(out) or [{}])[0]
@@ -86,6 +90,15 @@ def restart_one(host: Host, unit: dict, settle: float, ready_timeout: float) -> 
         host.sleep(POLL)
 
 
+def stop_seconds(state: dict) -> float | None:
+    """How long the last stop took (seconds), from a unit's state right after its restart; None when not told."""
+    try:
+        began, ended = (int(state.get(key) or 0) for key in STOP_PROPERTIES)
+    except ValueError:
+        return None
+    return round((ended - began) / 1e6, 2) if 0 < began <= ended else None
+
+
 def roll(host: Host, units: list, settle: float = 5, ready_timeout: float = 60, journal_lines: int = 25) -> list[dict]:
     """Restart `units` in order, each ready (its restart job, then its readiness URL) and stable over `settle`
     seconds before the next. Raises RolloutError at the first one that is not, naming the untouched rest."""
@@ -108,6 +121,7 @@ def roll(host: Host, units: list, settle: float = 5, ready_timeout: float = 60, 
             "name": name,
             "seconds": round(host.clock() - started, 2),
             "ready_seconds": round(ready, 2),
+            "stop_seconds": stop_seconds(now),
             "before": {k: before.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
             "after": {k: now.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
         })

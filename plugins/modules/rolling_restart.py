@@ -78,7 +78,8 @@ EXAMPLES = r"""
 RETURN = r"""
 restarted:
   description: Units restarted and stable, in order, each with C(seconds) (restart until ready and settled),
-    C(ready_seconds) (restart until ready), C(before) and C(after) (C(InvocationID), C(MainPID), C(NRestarts)).
+    C(ready_seconds) (restart until ready), C(stop_seconds) (how long the stop took, waiting for running tasks
+    under a warm shutdown), C(before) and C(after) (C(InvocationID), C(MainPID), C(NRestarts)).
   returned: always
   type: list
   elements: dict

@@ -612,6 +612,10 @@ def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_an
             inst = rep["hosts"][name]["instances"][unit]
             assert inst["smoke_build"] == B2 and inst["smoke_latency"] < 4, inst
             answered[f"{name}/{unit}"] = (inst["smoke_ran_in"], [b["name"] for b in inst["smoke_busy"]])
+    # Each stop waited for the long task running in its slot (a warm shutdown), and the report says how long.
+    stops = [rep["hosts"][name]["instances"][unit]["stop_seconds"] for name in WORKERS for unit in WORKER_UNITS]
+    assert all(s is not None for s in stops) and max(stops) >= 1, stops
+    assert any("its stop waited" in line for line in rep["summary"]), rep["summary"]
     # Busy instances answered from their main process, naming the long task in their only slot.
     assert ("worker", ["shopdemo.sleep"]) in answered.values(), answered
     assert all(v in {("worker", ["shopdemo.sleep"]), ("pool", [])} for v in answered.values()), answered

@@ -13,7 +13,7 @@ def record(before_inv="a", after_inv="b", failure="", rolled_back=None, switched
         "before": {"shop-worker@1.service": {"NRestarts": "3", "InvocationID": before_inv}},
         "after": {"shop-worker@1.service": {"NRestarts": "0", "InvocationID": after_inv, "ActiveState": "active"}},
         "smoke": [{"instances": [{"unit": "shop-worker@1.service", "latency": 0.05, "answer": {"build_id": "2"}}]}],
-        "restarted": [{"name": "shop-worker@1.service", "seconds": 4.2}],
+        "restarted": [{"name": "shop-worker@1.service", "seconds": 4.2, "stop_seconds": 3.1}],
         "failure": failure,
         "rolled_back_to": rolled_back,
         "rollback_failure": rollback_failure,
@@ -26,11 +26,12 @@ def test_success_report_has_builds_phases_restarts_and_latency():
     assert rep["phases"] == {"preflight": 10.0, "install": 20.0, "migrate": 5.0, "restart": 25.0, "finish": 10.0}
     inst = rep["hosts"]["h1"]["instances"]["shop-worker@1.service"]
     assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "restart_seconds": 4.2,
+                    "stop_seconds": 3.1,
                     "active": "active", "smoke_build": "2", "smoke_latency": 0.05, "smoke_ran_in": None,
                     "smoke_busy": []}
     assert rep["hosts"]["h1"]["from"] == "1" and rep["hosts"]["h1"]["to"] == "2"
     assert rep["summary"][0].startswith("deploy shop 2: success in 70.0s")
-    assert "restarted in 4.2s" in rep["summary"][2]
+    assert "restarted in 4.2s (its stop waited 3.1s for running tasks)" in rep["summary"][2]
 
 
 def test_failure_and_rollback_are_reported():

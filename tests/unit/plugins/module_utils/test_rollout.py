@@ -32,7 +32,8 @@ class FakeSystemd:
             if name in self.fail_restart:
                 return 1, "", "Job for x failed because the control process exited with error code."
             unit = self.units[name]
-            unit.update(InvocationID=f"inv-{len(self.log)}", MainPID=str(200 + len(self.log)), NRestarts="0")
+            unit.update(InvocationID=f"inv-{len(self.log)}", MainPID=str(200 + len(self.log)), NRestarts="0",
+                        ActiveExitTimestampMonotonic="5000000", InactiveEnterTimestampMonotonic="12250000")
             self.polls[name] = 0
             return 0, "", ""
         if argv[0] == "journalctl":
@@ -56,6 +57,8 @@ def test_units_restart_in_order_each_settled_before_the_next():
     # Each was watched for the settle window before the next restart.
     assert all(d["seconds"] >= 2 for d in done)
     assert done[0]["before"]["InvocationID"] == "inv0" and done[0]["after"]["InvocationID"] != "inv0"
+    # How long each stop waited (for running tasks, under a warm shutdown), from systemd's own timestamps.
+    assert done[0]["stop_seconds"] == 7.25
     # The start-limit counter is reset before each deliberate restart.
     resets = [i for i, argv in enumerate(fake.log) if argv[:2] == ["systemctl", "reset-failed"]]
     assert len(resets) == 2
