@@ -237,8 +237,9 @@ def test_a_lock_without_a_sign_of_life_is_reported_dead_with_its_owner_and_time(
 
 
 def test_a_deploy_killed_between_restarts_is_known_dead_at_once_and_one_flag_lets_the_next_converge():
-    # The controller SIGKILLed (a cancelled CI job) once worker-bookworm's first instance runs build 2 and before the
-    # rollout reaches worker-trixie: hosts and instances are left on two builds, with the dead run's lock.
+    # The controller SIGKILLed (a cancelled CI job) once worker-bookworm's first instance runs build 2, in the first
+    # batch (both worker hosts) and before the web host's: hosts and instances are left on two builds, with the dead
+    # run's lock.
     first = subprocess.Popen(deploy_cmd(B2), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     try:
@@ -249,7 +250,7 @@ def test_a_deploy_killed_between_restarts_is_known_dead_at_once_and_one_flag_let
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-    assert current("worker-trixie") == B5 and host("worker-trixie").file("/srv/shop/.deploy.lock").exists
+    assert current("web-trixie") == B5 and host("web-trixie").file("/srv/shop/.deploy.lock").exists
     # Without the flag: refused at once (not after an hour), saying why the holder is dead and what to do.
     refused = deploy(B2)
     text = said(refused)
@@ -257,7 +258,7 @@ def test_a_deploy_killed_between_restarts_is_known_dead_at_once_and_one_flag_let
     assert "held by a DEAD deploy" in text and f"for build {B2}" in text, text[-3000:]
     assert f"its ansible-playbook process {first.pid} on " in text and "is gone" in text
     assert "sturdy_deploy_break_lock=true" in text
-    assert current("worker-trixie") == B5
+    assert current("web-trixie") == B5
     # With it: the lock taken over, the builds left behind named, every host and instance brought to build 2.
     result = deploy(B2, sturdy_deploy_break_lock=True)
     text = said(result)
@@ -271,6 +272,41 @@ def test_a_deploy_killed_between_restarts_is_known_dead_at_once_and_one_flag_let
         for unit in units_of(name):
             assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}", (name, unit)
     # And back to build 5, where the tests after this one start.
+    assert deploy(B5).returncode == 0
+
+
+def test_a_host_lost_mid_rollout_is_named_the_others_rolled_back_and_unlocked_and_the_next_deploy_converges():
+    # The web host (second batch) stops answering while the worker hosts (first batch) restart on build 2.
+    first = subprocess.Popen(deploy_cmd(B2), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    bookworm = host("worker-bookworm")
+    try:
+        wait_for("worker-bookworm's first instance on build 2", lambda: bookworm.run(
+            "readlink /proc/$(systemctl show -P MainPID shop-worker@1.service)/cwd").stdout.strip()
+            == f"/srv/shop/releases/{B2}", 240)
+        subprocess.run(["podman", "stop", "-t", "0", "web-trixie"], check=True, capture_output=True)
+        out = first.communicate(timeout=600)[0]
+        assert first.returncode != 0, out[-3000:]
+        rep = report()
+        assert rep["result"] == "rolled_back", rep
+        assert any(f.startswith("web-trixie: ") and "the host cannot be reached" in f for f in rep["failures"]), rep
+        # The reachable hosts are back on build 5, unlocked.
+        for name in WORKERS:
+            assert current(name) == B5 and not host(name).file("/srv/shop/.deploy.lock").exists
+            assert rep["hosts"][name]["rolled_back_to"] == B5
+            for unit in WORKER_UNITS:
+                assert main_cwd(name, unit) == f"/srv/shop/releases/{B5}"
+    finally:
+        if first.poll() is None:
+            first.kill()
+        subprocess.run(["podman", "start", "web-trixie"], check=True, capture_output=True)
+    web = host("web-trixie")
+    wait_for("web-trixie back with its units", lambda: web.run("systemctl is-active shop-web@1.service").rc == 0, 120)
+    # Back, it still holds the lock of the run that lost it: the next deploy takes it over with the flag and finishes.
+    assert web.file("/srv/shop/.deploy.lock").exists
+    result = deploy(B2, sturdy_deploy_break_lock=True)
+    assert result.returncode == 0, said(result)[-3000:]
+    for name in APPS:
+        assert current(name) == B2 and not host(name).file("/srv/shop/.deploy.lock").exists
     assert deploy(B5).returncode == 0
 
 
