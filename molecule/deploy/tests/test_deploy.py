@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -236,10 +237,17 @@ def test_a_lock_without_a_sign_of_life_is_reported_dead_with_its_owner_and_time(
         h.check_output("rm -f /srv/shop/.deploy.lock")
 
 
+def builds_named_before(text: str) -> dict[str, list[str]]:
+    """The preflight's "Before this deploy the instances of shop run N builds: B on h u, h u; B2 on ..." as a dict."""
+    found = re.search(r"Before this deploy the instances of shop run \d+ builds: (.*?)\. This deploy", text)
+    assert found, text[text.find("Name the builds"):][:2000]
+    return {build: names.split(", ") for build, names in (part.split(" on ", 1) for part in found[1].split("; "))}
+
+
 def test_a_deploy_killed_between_restarts_is_known_dead_at_once_and_one_flag_lets_the_next_converge():
-    # The controller SIGKILLed (a cancelled CI job) once worker-bookworm's first instance runs build 2, in the first
-    # batch (both worker hosts) and before the web host's: hosts and instances are left on two builds, with the dead
-    # run's lock.
+    # The controller SIGKILLed (a cancelled CI job) once worker-bookworm's first instance runs build 2: in the first
+    # batch (web-trixie and worker-bookworm, inventory order), before worker-trixie's. Hosts and instances are left on
+    # two builds, with the dead run's lock.
     first = subprocess.Popen(deploy_cmd(B2), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     try:
@@ -250,7 +258,7 @@ def test_a_deploy_killed_between_restarts_is_known_dead_at_once_and_one_flag_let
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-    assert current("web-trixie") == B5 and host("web-trixie").file("/srv/shop/.deploy.lock").exists
+    assert current("worker-trixie") == B5 and host("worker-trixie").file("/srv/shop/.deploy.lock").exists
     # Without the flag: refused at once (not after an hour), saying why the holder is dead and what to do.
     refused = deploy(B2)
     text = said(refused)
@@ -258,14 +266,15 @@ def test_a_deploy_killed_between_restarts_is_known_dead_at_once_and_one_flag_let
     assert "held by a DEAD deploy" in text and f"for build {B2}" in text, text[-3000:]
     assert f"its ansible-playbook process {first.pid} on " in text and "is gone" in text
     assert "sturdy_deploy_break_lock=true" in text
-    assert current("web-trixie") == B5
+    assert current("worker-trixie") == B5
     # With it: the lock taken over, the builds left behind named, every host and instance brought to build 2.
     result = deploy(B2, sturdy_deploy_break_lock=True)
     text = said(result)
     assert result.returncode == 0, text[-3000:]
     assert "Took over the deploy lock" in text and "of a dead deploy" in text
-    assert "Before this deploy the app's instances run 2 builds: " in text, text[-3000:]
-    assert f"{B2} on worker-bookworm shop-worker@1.service" in text and f"{B5} on web-trixie shop-web@1.service" in text
+    before = builds_named_before(text)
+    assert "worker-bookworm shop-worker@1.service" in before[B2], before
+    assert {"worker-trixie shop-worker@1.service", "worker-trixie shop-worker@2.service"} <= set(before[B5]), before
     assert report()["result"] == "success"
     for name in APPS:
         assert current(name) == B2 and not host(name).file("/srv/shop/.deploy.lock").exists
@@ -274,35 +283,37 @@ def test_a_deploy_killed_between_restarts_is_known_dead_at_once_and_one_flag_let
 
 
 def test_a_host_lost_mid_rollout_is_named_the_others_rolled_back_and_unlocked_and_the_next_deploy_converges():
-    # From build 2 (the test before) to 5: the web host (second batch) stops answering while the worker hosts (first
-    # batch) restart.
+    # From build 2 (the test before) to 5: worker-trixie (second batch) stops answering while the first batch
+    # (web-trixie, worker-bookworm) restarts.
+    answering = ["web-trixie", "worker-bookworm"]
     first = subprocess.Popen(deploy_cmd(B5), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     bookworm = host("worker-bookworm")
     try:
         wait_for("worker-bookworm's first instance on build 5", lambda: bookworm.run(
             "readlink /proc/$(systemctl show -P MainPID shop-worker@1.service)/cwd").stdout.strip()
             == f"/srv/shop/releases/{B5}", 240)
-        subprocess.run(["podman", "stop", "-t", "0", "web-trixie"], check=True, capture_output=True)
+        subprocess.run(["podman", "stop", "-t", "0", "worker-trixie"], check=True, capture_output=True)
         out = first.communicate(timeout=600)[0]
         assert first.returncode != 0, out[-3000:]
         rep = report()
         assert rep["result"] == "rolled_back", rep
-        assert any(f.startswith("web-trixie: ") and "the host cannot be reached" in f for f in rep["failures"]), rep
+        assert any(f.startswith("worker-trixie: ") and "the host cannot be reached" in f for f in rep["failures"]), rep
         # The hosts that answer are back on build 2, unlocked.
-        for name in WORKERS:
+        for name in answering:
             assert current(name) == B2 and not host(name).file("/srv/shop/.deploy.lock").exists
-            assert rep["hosts"][name]["rolled_back_to"] == B2
-            for unit in WORKER_UNITS:
-                assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}"
+            assert rep["hosts"][name]["rolled_back_to"] == B2, rep["hosts"][name]
+            for unit in units_of(name):
+                assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}", (name, unit)
     finally:
         if first.poll() is None:
             first.kill()
-        subprocess.run(["podman", "start", "web-trixie"], check=True, capture_output=True)
-    web = host("web-trixie")
-    wait_for("web-trixie back with its units", lambda: web.run("systemctl is-active shop-web@1.service").rc == 0, 120)
-    # Back, it still holds the lock of the run that lost it: the next deploy takes it over with the flag and finishes
-    # the job (build 5 everywhere, where the tests after this one start).
-    assert web.file("/srv/shop/.deploy.lock").exists
+        subprocess.run(["podman", "start", "worker-trixie"], check=True, capture_output=True)
+    trixie = host("worker-trixie")
+    wait_for("worker-trixie back with its instances", lambda: all(
+        trixie.run(f"systemctl is-active {unit}").rc == 0 for unit in WORKER_UNITS), 120)
+    # Back, it still holds the lock of the run that lost it (and never switched): the next deploy takes it over with
+    # the flag and finishes the job (build 5 everywhere, where the tests after this one start).
+    assert current("worker-trixie") == B2 and trixie.file("/srv/shop/.deploy.lock").exists
     result = deploy(B5, sturdy_deploy_break_lock=True)
     assert result.returncode == 0, said(result)[-3000:]
     for name in APPS:
