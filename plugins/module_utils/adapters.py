@@ -162,6 +162,11 @@ def reliability_warnings(where: str, settings: dict[str, Any], stop_timeout: int
     elif stop_timeout is not None and float(limit) >= stop_timeout:
         warnings.append(f"{where}: task_time_limit={limit}s is not below the unit's stop timeout ({stop_timeout}s): "
                         "a stop may SIGKILL a running task. Set max_task_runtime to task_time_limit")
+    if settings.get("pool") == "prefork" and not (settings.get("max_tasks_per_child")
+                                                  or settings.get("max_memory_per_child")):
+        warnings.append(f"{where}: a prefork pool without worker_max_memory_per_child or worker_max_tasks_per_child "
+                        "never replaces its children, so one that leaks grows until the OOM killer kills it in the "
+                        "middle of a task. Set worker_max_memory_per_child (KiB) below the unit's memory_high")
     vt = settings.get("visibility_timeout")
     if limit is not None and vt is not None and float(vt) <= float(limit):
         warnings.append(f"{where}: visibility_timeout={vt}s is not longer than task_time_limit={limit}s: Redis "

@@ -27,6 +27,27 @@ class UnitSpecError(ValueError):
     """A declaration that cannot become a unit; the message names the variable and the fix."""
 
 
+_MEMORY_RE = re.compile(r"^(?:(\d+)([KMGT]?)|(\d+(?:\.\d+)?)%|infinity)$")
+
+
+def memory_limit(where: str, value: Any) -> tuple[str, int | None] | None:
+    """A MemoryHigh=/MemoryMax= value as systemd takes it, with its size in bytes when it has one (None for a
+    percentage of RAM or infinity). None when not declared."""
+    if value is None or value == "":
+        return None
+    text = str(value).strip()
+    found = _MEMORY_RE.match(text)
+    if not found or (found[3] is not None and not 0 < float(found[3]) <= 100):
+        raise UnitSpecError(f"{where}={value!r}: give bytes with an optional K, M, G or T suffix (powers of 1024, as "
+                            "systemd reads them), a percentage of the host's memory, or infinity; for example 512M")
+    if found[1] is None:
+        return text, None
+    size = int(found[1]) * 1024 ** " KMGT".index(found[2] or " ")
+    if size == 0:
+        raise UnitSpecError(f"{where}={value!r}: a unit limited to 0 bytes cannot start; give a size such as 512M")
+    return text, size
+
+
 def escape_exec_arg(arg: str) -> str:
     """Quote one argv element for ExecStart= so systemd passes it through unchanged.
 
@@ -196,6 +217,13 @@ def plan_processes(
             proc["environment_line"] = environment_line(proc.get("environment") or {})
         except UnitSpecError as exc:
             raise UnitSpecError(f"{where}.environment: {exc}") from exc
+        memory = {k: memory_limit(f"{where}.{k}", proc.get(k)) for k in ("memory_high", "memory_max")}
+        high, top = memory["memory_high"], memory["memory_max"]
+        if high and top and high[1] and top[1] and high[1] >= top[1]:
+            raise UnitSpecError(f"{where}.memory_high={high[0]} is not below memory_max={top[0]}: the kernel throttles "
+                                "and reclaims above memory_high so that memory_max, where it kills, is rarely reached. "
+                                "Make memory_high smaller (about 80 % of memory_max), or leave it out")
+        proc.update({k: v[0] if v else None for k, v in memory.items()})
         runtime = proc.get("max_task_runtime")
         if runtime is not None and declared.get("stop_timeout") is None:
             proc["stop_timeout"] = max(int(proc["stop_timeout"]), int(runtime) + margin)

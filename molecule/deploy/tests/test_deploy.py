@@ -26,6 +26,11 @@ def test_first_deploy_every_instance_answered_build_1():
         for unit in WORKER_UNITS:
             assert rep["hosts"][name]["instances"][unit]["smoke_build"] == B1
             assert main_cwd(name, unit) == f"/srv/shop/releases/{B1}"
+            # What the running worker's settings are, from the worker itself: a prefork pool whose children are
+            # replaced after the task that took them past worker_max_memory_per_child.
+            settings = rep["hosts"][name]["instances"][unit]["settings"]
+            assert (settings["pool"], settings["max_memory_per_child"], settings["acks_late"]) == (
+                "prefork", 200_000, True), settings
     # Readiness comes from the agent: Type=notify, and a watchdog the worker feeds.
     h = host("worker-trixie")
     assert h.check_output("systemctl show -P Type shop-worker@1.service") == "notify"

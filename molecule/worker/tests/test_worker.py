@@ -55,6 +55,9 @@ def test_worker_unit_carries_the_declared_settings(host):
         "Group",
         "WorkingDirectory",
         "NeedDaemonReload",
+        "MemoryHigh",
+        "MemoryMax",
+        "OOMPolicy",
     )
     trixie = systemd_version(host) >= 254
     assert props == {
@@ -73,6 +76,11 @@ def test_worker_unit_carries_the_declared_settings(host):
         "Group": "demo",
         "WorkingDirectory": "/opt/sturdy-test",
         "NeedDaemonReload": "no",
+        # memory_high 400M, memory_max 512M: systemd's bytes (enforced where the memory controller is available;
+        # these test hosts are cgroup v1 containers without it). A killed pool child leaves the instance up.
+        "MemoryHigh": str(400 * 1024**2),
+        "MemoryMax": str(512 * 1024**2),
+        "OOMPolicy": "continue",
     }
 
 
@@ -329,6 +337,10 @@ NEGATIVE = {
     "stop timeout below task runtime": (
         {"sturdy_processes": _with("worker", stop_timeout=60, max_task_runtime=100)},
         "sturdy_processes[worker].stop_timeout=60s is shorter than max_task_runtime (100s)",
+    ),
+    "memory limit in a unit systemd does not read": (
+        {"sturdy_processes": _with("worker", memory_max="512MB")},
+        "sturdy_processes[worker].memory_max='512MB': give bytes with an optional K, M, G or T suffix",
     ),
     "unknown option": (
         {"sturdy_processes": _with("worker", instance=2)},

@@ -206,11 +206,21 @@ def answer(token: str, conf, consumed: list[str], ran_in: str = "pool", busy: li
             "reject_on_worker_lost": bool(conf.task_reject_on_worker_lost),
             "prefetch_multiplier": conf.worker_prefetch_multiplier,
             "concurrency": _STATE.get("concurrency"),
+            "pool": _STATE.get("pool"),
+            "max_tasks_per_child": _STATE.get("max_tasks_per_child"),
+            "max_memory_per_child": _STATE.get("max_memory_per_child"),
             "task_time_limit": conf.task_time_limit,
             "task_soft_time_limit": conf.task_soft_time_limit,
             "visibility_timeout": options.get("visibility_timeout"),
         },
     }
+
+
+def pool_name(pool) -> str | None:
+    """The worker's pool as Celery names it (prefork, solo, threads' "thread", gevent...): the class the command line
+    gave, or the name or "module:Class" of worker_pool."""
+    module = pool.split(":", 1)[0] if isinstance(pool, str) else getattr(pool, "__module__", "")
+    return module.rsplit(".", 1)[-1] or None
 
 
 def health(queues: list[str], tasks: list[dict]) -> dict:
@@ -624,7 +634,10 @@ def install_celery_hooks() -> None:
 
     def after_setup(sender=None, instance=None, **_):
         app = instance.app
-        _STATE.update(main_pid=os.getpid(), node=sender, concurrency=getattr(instance, "concurrency", None))
+        _STATE.update(main_pid=os.getpid(), node=sender, concurrency=getattr(instance, "concurrency", None),
+                      pool=pool_name(getattr(instance, "pool_cls", None)),
+                      max_tasks_per_child=getattr(instance, "max_tasks_per_child", None),
+                      max_memory_per_child=getattr(instance, "max_memory_per_child", None))
         record = task_record_path()
         if record:
             prune_task_records(os.path.dirname(record), time.time())

@@ -78,6 +78,21 @@ def test_answer_reports_identity_queues_and_settings(agent, monkeypatch):
     assert got["token"] == "tok" and got["build_id"] == "b7" and got["unit"] == "shop-worker@1.service"
     assert got["queues"] == ["default"]
     assert got["settings"]["visibility_timeout"] == 60 and got["settings"]["acks_late"] is True
+    monkeypatch.setitem(agent._STATE, "pool", "prefork")
+    monkeypatch.setitem(agent._STATE, "max_memory_per_child", 200_000)
+    got = agent.answer("tok", Conf, ["default"])
+    assert (got["settings"]["pool"], got["settings"]["max_memory_per_child"]) == ("prefork", 200_000)
+    assert got["settings"]["max_tasks_per_child"] is None
+
+
+def test_the_pool_is_named_as_celery_names_it_from_a_class_or_a_setting(agent):
+    class TaskPool:  # what `celery worker --pool solo` hands the worker
+        __module__ = "celery.concurrency.solo"
+
+    assert agent.pool_name(TaskPool) == "solo"
+    assert agent.pool_name("prefork") == "prefork"
+    assert agent.pool_name("celery.concurrency.thread:TaskPool") == "thread"
+    assert agent.pool_name(None) is None
 
 
 def test_activate_ignores_processes_without_sturdy_agent(agent):

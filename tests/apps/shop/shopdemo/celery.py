@@ -34,6 +34,8 @@ app.conf.update(
     task_default_queue="default",
     broker_transport_options={"visibility_timeout": visibility_timeout()},
     task_time_limit=int(os.environ.get("SHOP_TASK_TIME_LIMIT", "25")),
+    # A prefork child is replaced after the task that took it past 200 MB (KiB here), not OOM-killed in one.
+    worker_max_memory_per_child=200_000,
     result_expires=3600,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,

@@ -28,7 +28,7 @@ def test_success_report_has_builds_phases_restarts_and_latency():
     assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "restart_seconds": 4.2,
                     "stop_seconds": 3.1,
                     "active": "active", "smoke_build": "2", "smoke_latency": 0.05, "smoke_ran_in": None,
-                    "smoke_busy": []}
+                    "smoke_busy": [], "settings": {}}
     assert rep["hosts"]["h1"]["from"] == "1" and rep["hosts"]["h1"]["to"] == "2"
     assert rep["summary"][0].startswith("deploy shop 2: success in 70.0s")
     assert "restarted in 4.2s (its stop waited 3.1s for running tasks)" in rep["summary"][2]

@@ -85,6 +85,14 @@ def test_reliability_warnings_only_for_unsafe_settings():
     assert "not below the unit's stop timeout" in " ".join(reliability_warnings("u", SAFE, stop_timeout=25))
 
 
+def test_a_prefork_pool_that_never_replaces_its_children_is_warned_about():
+    found = " ".join(reliability_warnings("u", dict(SAFE, pool="prefork"), stop_timeout=55))
+    assert "u: a prefork pool without worker_max_memory_per_child or worker_max_tasks_per_child" in found
+    assert "Set worker_max_memory_per_child (KiB) below the unit's memory_high" in found
+    for recycled in ({"max_memory_per_child": 200_000}, {"max_tasks_per_child": 100}, {"pool": "solo"}):
+        assert reliability_warnings("u", {**SAFE, "pool": "prefork", **recycled}, stop_timeout=55) == []
+
+
 def test_the_agent_runs_from_the_release_as_the_units_do_and_says_why_it_gave_no_answer():
     from ansible_collections.sturdy.workers.plugins.module_utils.adapters import run_agent
 

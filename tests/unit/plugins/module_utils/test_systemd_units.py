@@ -242,3 +242,35 @@ def test_plan_splits_a_rate_limit_between_every_instance_of_the_play():
 def test_plan_refuses_limits_it_cannot_enforce(declared, message):
     with pytest.raises(UnitSpecError, match=message):
         _plan([dict(CELERY, **declared)])
+
+
+@pytest.mark.parametrize(
+    ("declared", "written"),
+    [
+        ({}, (None, None)),
+        ({"memory_high": "400M", "memory_max": "512M"}, ("400M", "512M")),
+        ({"memory_max": "1G"}, (None, "1G")),
+        ({"memory_high": "80%", "memory_max": 536870912}, ("80%", "536870912")),
+        ({"memory_high": "infinity"}, ("infinity", None)),
+    ],
+)
+def test_plan_passes_memory_limits_as_systemd_reads_them(declared, written):
+    (worker,) = _plan([dict(CELERY, **declared)])
+    assert (worker["memory_high"], worker["memory_max"]) == written
+
+
+@pytest.mark.parametrize(
+    ("declared", "message"),
+    [
+        ({"memory_max": "512MB"}, r"sturdy_processes\[worker\]\.memory_max='512MB': give bytes with an optional K, M, "
+                                  r"G or T suffix .* for example 512M"),
+        ({"memory_high": "150%"}, r"sturdy_processes\[worker\]\.memory_high='150%'"),
+        ({"memory_max": "0"}, r"memory_max='0': a unit limited to 0 bytes cannot start"),
+        ({"memory_high": "1G", "memory_max": "512M"}, r"sturdy_processes\[worker\]\.memory_high=1G is not below "
+                                                      r"memory_max=512M: .* Make memory_high smaller"),
+        ({"memory_high": "1024M", "memory_max": "1G"}, r"memory_high=1024M is not below memory_max=1G"),
+    ],
+)
+def test_plan_refuses_memory_limits_systemd_would_not_take(declared, message):
+    with pytest.raises(UnitSpecError, match=message):
+        _plan([dict(CELERY, **declared)])
