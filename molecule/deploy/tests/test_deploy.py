@@ -524,7 +524,7 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
         # Only worker-trixie's shop-worker@1 consumes, so the long task runs there.
         bookworm.check_output("systemctl stop shop-worker@1.service shop-worker@2.service")
         trixie.check_output("systemctl stop shop-worker@2.service")
-        task_id = web.check_output("/usr/local/sbin/shop-task --sleep diagnose-1 20").splitlines()[-1]
+        task_id = web.check_output("/usr/local/sbin/shop-task --sleep diagnose 12 1").splitlines()[-1]
         deadline = time.monotonic() + 60
         while trixie.run(f"grep -qs {task_id} {records}/*.json").rc != 0:
             assert time.monotonic() < deadline, "the agent never recorded the long task as running"
@@ -549,6 +549,16 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
         assert f"it was running shopdemo.sleep[{task_id}]" in text
         assert "not acknowledged: the broker holds it and hands it out again after the visibility timeout" in text
         assert f"web-trixie: no unit {unit} here" in text
+        # Once the visibility timeout (60 s here) is up the broker hands the task out again: it runs once more, to
+        # the end, and nothing else runs twice.
+        runs = {}
+        for dummy in range(50):
+            runs = json.loads(web.check_output("/usr/local/sbin/shop-task --sleep --runs diagnose 1").splitlines()[-1])
+            if runs["done"]:
+                break
+            time.sleep(3)
+        assert runs == {"done": 1, "runs": {"2": 1}}, runs
+        assert trixie.check_output(f"systemctl show -P NRestarts {unit}") == "1"
     finally:
         bookworm.run("systemctl start shop-worker@1.service shop-worker@2.service")
         trixie.run("systemctl start shop-worker@2.service")
