@@ -56,10 +56,10 @@ _value:
     - The report, a dictionary with C(app), C(build_id), C(run_id), C(owner), C(result) (C(success), C(failed) or
       C(rolled_back)), C(failures), C(seconds), C(phases), C(hosts) (per host C(from), C(to), C(switched),
       C(rolled_back_to) and C(instances), each with its smoke answer's build, latency, C(smoke_ran_in),
-      C(smoke_busy) and C(settings), the worker's reliability settings as it runs them), C(queues) (per Celery queue after the deploy, C(depth), C(oldest_age), C(dead_letter_depth),
-      C(consumers), C(rate_limit), C(drain_seconds) or C(error), and C(smoke), its real-queue smoke entry), C(message)
-      (why the run failed and what happened to the hosts) and
-      C(summary) (lines for the console).
+      C(smoke_busy) and C(settings), the worker's reliability settings as it runs them), C(queues) (per Celery
+      queue after the deploy, C(depth), C(oldest_age), C(dead_letter_depth), C(consumers), C(rate_limit),
+      C(drain_seconds) or C(error), and C(smoke), its real-queue smoke entry), C(message) (why the run failed and
+      what happened to the hosts) and C(summary) (lines for the console).
   type: dict
 """
 
