@@ -140,6 +140,13 @@ def check_answer(answer: dict, expect: dict[str, Any]) -> list[str]:
     return problems
 
 
+def broker_unreachable(what: str, host: str, entry: dict) -> str:
+    """The failure for a smoke job that could not reach the broker (or the result backend) at all."""
+    return (f"{what} could not reach the broker: {entry.get('error')}. While it does not answer no worker takes work "
+            f"either, and no instance can prove its build. Next: check that the broker runs and that {host} reaches "
+            "it, and BROKER_URL in the app's secrets; then run the deploy again")
+
+
 def reliability_warnings(where: str, settings: dict[str, Any], stop_timeout: int | None = None) -> list[str]:
     """Settings of a running Celery worker that lose or duplicate tasks on a restart or a crash."""
     warnings = []

@@ -136,6 +136,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     AdapterError,
     adapter_for,
+    broker_unreachable,
     check_answer,
     reliability_warnings,
     smoke_queue,
@@ -205,6 +206,9 @@ def main():
             module.fail_json(msg=f"The smoke client answered for {len(instances)} of {len(queues)} queues on {host}")
         for unit, pid, entry in zip(p["units"], pids + [None] * len(p["units"]), instances):
             entry["unit"] = unit
+            if not entry.get("ok") and entry.get("unreachable"):
+                failures.append(broker_unreachable(f"the smoke job for {unit} on {host}", host, entry))
+                continue
             if not entry.get("ok") and "TimeoutError" in entry.get("error", "TimeoutError"):
                 failures.append(f"{unit} on {host} did not answer the smoke job within {p['timeout']:g}s: it does not "
                                 f"consume its smoke queue {entry['queue']}. Is it running the release's code with the "
@@ -237,6 +241,8 @@ def main():
                 names = ", ".join(f"{c.get('unit')} on {c.get('host')} ({c.get('build_id')})" for c in others)
                 failures.append(f"queue {entry['queue']!r} ({entry['backlog']} waiting) is consumed by workers running "
                                 f"another build: {names}, expected {p['build_id']}")
+        elif entry.get("unreachable"):
+            failures.append(broker_unreachable(f"the smoke job for queue {entry['queue']!r}", host, entry))
         elif not entry.get("ok"):
             failures.append(
                 f"No worker took the smoke job sent to queue {entry['queue']!r} within {p['timeout']:g}s: nothing "

@@ -761,7 +761,7 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
     the workers consuming it now, each naming its build (the sturdy_health query their main processes answer)."""
     app = _celery_app(celery_app)
     backlog = waiting(app, [q for q in targets if not q.startswith(SMOKE_PREFIX)])
-    sent = []
+    sent, found = [], {}
     for queue in targets:
         if backlog.get(queue):
             continue
@@ -770,17 +770,20 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
         # expires: a job nobody took in time is dropped instead of answering a later deploy.
         # A real queue is named as the app routes it; an instance's smoke queue is declared as its worker declares it.
         destination = own_queue(queue) if queue.startswith(SMOKE_PREFIX) else queue
-        result = app.send_task(SMOKE_TASK, args=[token], queue=destination, expires=timeout)
+        try:
+            result = app.send_task(SMOKE_TASK, args=[token], queue=destination, expires=timeout)
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
+            found[queue] = {"queue": queue, "token": token, **failed(exc)}
+            continue
         sent.append((queue, token, started, result))
     deadline = time.monotonic() + timeout
-    found = {}
     for queue, token, started, result in sent:
         entry = {"queue": queue, "token": token}
         try:
             got = result.get(timeout=max(0.1, deadline - time.monotonic()), propagate=True)
             entry.update(ok=got.get("token") == token, answer=got, latency=round(time.monotonic() - started, 3))
         except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
-            entry.update(ok=False, error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            entry.update(failed(exc))
         found[queue] = entry
     if any(backlog.values()):
         started = time.monotonic()
@@ -792,6 +795,18 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
                 found[queue] = {"queue": queue, "backlog": depth, "consumers": consumers, "ok": bool(consumers),
                                 "latency": round(time.monotonic() - started, 3)}
     return [found[queue] for queue in targets if queue in found]
+
+
+# What a broker (or result backend) that does not answer raises: kombu's, redis-py's and the socket's own errors.
+UNREACHABLE = ("OperationalError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError",
+               "RecvError", "AMQPConnectionError", "gaierror")
+
+
+def failed(exc: BaseException) -> dict:
+    """A smoke entry for a job that failed: its error, and whether the broker could not be reached at all."""
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
+            "unreachable": type(exc).__name__ in UNREACHABLE or (isinstance(exc, OSError)
+                                                                and not isinstance(exc, TimeoutError))}
 
 
 def waiting(app, queues: list[str]) -> dict:

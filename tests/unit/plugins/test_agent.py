@@ -305,3 +305,41 @@ def test_a_smoke_job_runs_in_the_pool_with_a_free_slot_and_is_answered_at_once_w
     message = Message()
     agent.answer_smoke(consumer, message, pooled.append, reserved)
     assert pooled == [message] and not message.acked and stored == []
+
+
+def test_a_smoke_job_the_broker_did_not_take_is_told_apart_from_one_no_worker_answered(agent):
+    class OperationalError(Exception):  # kombu's, when the broker refuses the connection
+        pass
+
+    class TimeoutError(Exception):  # pylint: disable=redefined-builtin  # celery.exceptions.TimeoutError
+        pass
+
+    down = agent.failed(OperationalError("Error 111 connecting to broker:6379. Connection refused."))
+    assert down == {"ok": False, "unreachable": True,
+                    "error": "OperationalError: Error 111 connecting to broker:6379. Connection refused."}
+    assert agent.failed(ConnectionRefusedError(111, "Connection refused"))["unreachable"] is True
+    assert agent.failed(TimeoutError("The operation timed out."))["unreachable"] is False
+    assert agent.failed(TimeoutError())["error"] == "TimeoutError"
+
+
+def test_smoke_reports_a_job_the_broker_refused_and_still_waits_for_the_others(agent, monkeypatch):
+    class OperationalError(Exception):
+        pass
+
+    class Result:
+        def get(self, timeout, propagate):
+            return {"token": "t", "build_id": "5"}
+
+    class App:
+        def send_task(self, name, args, queue, expires):
+            if queue == "mail":
+                raise OperationalError("Error 111 connecting to broker:6379. Connection refused.")
+            return Result()
+
+    monkeypatch.setattr(agent, "_celery_app", lambda spec: App())
+    monkeypatch.setattr(agent, "waiting", lambda app, queues: dict.fromkeys(queues, 0))
+    monkeypatch.setattr(agent.uuid, "uuid4", lambda: type("U", (), {"hex": "t"})())
+    default, mail = agent.smoke("shop.celery", ["default", "mail"], 1.0)
+    assert default["ok"] is True and default["answer"]["build_id"] == "5"
+    assert (mail["queue"], mail["ok"], mail["unreachable"]) == ("mail", False, True)
+    assert "Error 111 connecting to broker:6379" in mail["error"]

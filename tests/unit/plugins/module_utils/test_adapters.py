@@ -10,6 +10,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     CommandAdapter,
     adapter_for,
     check_answer,
+    broker_unreachable,
     reliability_warnings,
     smoke_queue,
     transient_argv,
@@ -110,3 +111,11 @@ def test_the_agent_runs_from_the_release_as_the_units_do_and_says_why_it_gave_no
     assert run_agent(lambda cmd: (1, "", "ImportError: no module shop\n"), proc, "/r", [], ["x"], list) == (
         None, "rc 1: ImportError: no module shop")
     assert run_agent(lambda cmd: (0, "not json\n", ""), proc, "/r", [], ["x"], list) == (None, "rc 0: not json")
+
+
+def test_a_broker_that_does_not_answer_is_named_with_what_to_check():
+    said = broker_unreachable("the smoke job for shop-worker@1.service on h1", "h1",
+                              {"error": "OperationalError: Error 111 connecting to broker:6379. Connection refused."})
+    assert said.startswith("the smoke job for shop-worker@1.service on h1 could not reach the broker: OperationalError: "
+                           "Error 111 connecting to broker:6379")
+    assert "check that the broker runs and that h1 reaches it, and BROKER_URL in the app's secrets" in said
