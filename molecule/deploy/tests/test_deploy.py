@@ -697,6 +697,48 @@ def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_an
     assert runs == {"done": 48, "runs": {"1": 48}}, runs
 
 
+def test_a_broker_stopped_for_20s_during_the_rolling_restart_loses_no_task_and_the_deploy_ends_one_of_two_ways():
+    # 1,200 short tasks behind the rate limit (20/s: a minute of backlog) when the deploy starts. Redis, the broker
+    # and the app's store, is stopped for 20 s as worker-bookworm's first instance restarts, then started again.
+    web, broker, bookworm = host("web-trixie"), host("broker"), host("worker-bookworm")
+    web.check_output("/usr/local/sbin/shop-task --sleep brokerdown 0.1 1200")
+    pid = bookworm.check_output("systemctl show -P MainPID shop-worker@1.service")
+    run = subprocess.Popen(deploy_cmd(B5), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("worker-bookworm's first instance restarting", lambda: bookworm.check_output(
+            "systemctl show -P MainPID shop-worker@1.service") != pid, 240)
+        broker.check_output("systemctl stop redis-server")
+        time.sleep(20)
+    finally:
+        broker.check_output("systemctl start redis-server")
+        out, err = run.communicate(timeout=900)
+    text = " ".join((out + err).split())
+    rep = report()
+    # Either the deploy waited for the broker and finished, every instance proven on build 5, or it failed naming
+    # the broker and put the previous build back.
+    if run.returncode == 0:
+        assert rep["result"] == "success", rep["message"]
+        for name in WORKERS:
+            for unit in WORKER_UNITS:
+                assert rep["hosts"][name]["instances"][unit]["smoke_build"] == B5, rep["hosts"][name]
+    else:
+        assert rep["result"] == "rolled_back" and "broker" in rep["message"], (rep["message"], text[-3000:])
+    for name in WORKERS:
+        assert host(name).check_output("systemctl is-active shop-worker@1.service shop-worker@2.service").split() == [
+            "active", "active"]
+    # Every task ran to its effect. A task whose acknowledgement the broker could not take runs again once the
+    # visibility timeout (60 s) hands it out: twice at most, and never lost.
+    runs = {}
+    for dummy in range(60):
+        runs = json.loads(web.check_output("/usr/local/sbin/shop-task --sleep --runs brokerdown 1200").splitlines()[-1])
+        if runs["done"] == 1200:
+            break
+        time.sleep(3)
+    assert runs["done"] == 1200 and set(runs["runs"]) <= {"1", "2"}, runs
+    print(f"broker stopped 20 s: deploy {rep['result']} in {rep['seconds']}s, phases {rep['phases']}, runs {runs}, "
+          f"stops {[rep['hosts'][n]['instances'][u]['stop_seconds'] for n in WORKERS for u in WORKER_UNITS]}")
+
+
 def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():
     # Every deploy, status and diagnose of these tests logged here (ANSIBLE_LOG_PATH), the failed migration and the
     # crashing releases that printed the broker URL included.
