@@ -12,9 +12,11 @@ import signal
 import subprocess
 import time
 
-from conftest import (APPS, EPHEMERAL, SECRET, WORKER_UNITS, WORKERS, collect_and_scrape, current, deploy, deploy_cmd,
-                      host, invocations, main_cwd, prometheus, readme_command, recaps, report, run_as_readme, said,
-                      task, units_of, wait_for, while_tasks_flow)
+import yaml
+
+from conftest import (APPS, EPHEMERAL, SCENARIO_DIR, SECRET, WORKER_UNITS, WORKERS, collect_and_scrape, current, deploy,
+                      deploy_cmd, host, invocations, main_cwd, prometheus, readme_command, recaps, report, run_as_readme,
+                      said, task, units_of, wait_for, while_tasks_flow)
 
 B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 
@@ -737,6 +739,53 @@ def test_a_broker_stopped_for_20s_during_the_rolling_restart_loses_no_task_and_t
     assert runs["done"] == 1200 and set(runs["runs"]) <= {"1", "2"}, runs
     print(f"broker stopped 20 s: deploy {rep['result']} in {rep['seconds']}s, phases {rep['phases']}, runs {runs}, "
           f"stops {[rep['hosts'][n]['instances'][u]['stop_seconds'] for n in WORKERS for u in WORKER_UNITS]}")
+
+
+def test_5000_tasks_flow_through_a_two_host_deploy_each_run_once_and_every_instance_answers_the_new_build():
+    # A backlog at the start: 4,960 instant tasks around 40 long ones (20 of 3 s, 20 of 10 s: longer than the 2 s
+    # settle window), with the rate limit taken off so that they flow as fast as four single-slot workers take them.
+    web = host("web-trixie")
+    processes = yaml.safe_load((SCENARIO_DIR / "inventory" / "group_vars" / "workers.yml").read_text())[
+        "sturdy_processes"]
+    for process in processes:
+        process.pop("rate_limit", None)
+    batches = {"load-long": (3, 20), "load-a": (0, 2480), "load-longer": (10, 20), "load-b": (0, 2480)}
+    for prefix, (seconds, count) in batches.items():
+        web.check_output(f"/usr/local/sbin/shop-task --sleep {prefix} {seconds} {count} > /dev/null")
+    build = B2 if current("worker-trixie") == B5 else B5
+    run = subprocess.Popen(deploy_cmd(build, sturdy_processes=processes), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    oldest, depths = 0.0, []
+    while run.poll() is None:
+        stats = json.loads(web.check_output(
+            "/usr/local/sbin/shop-task --agent stats --celery-app shopdemo.celery --timeout 0.5 default").splitlines()[-1])
+        oldest = max(oldest, stats[0].get("oldest_age") or 0.0)
+        depths.append(stats[0].get("depth") or 0)
+        time.sleep(2)
+    out, err = run.communicate()
+    assert run.returncode == 0, " ".join((out + err).split())[-3000:]
+    rep = report()
+    assert rep["result"] == "success", rep["message"]
+    stops = {}
+    for name in WORKERS:
+        for unit in WORKER_UNITS:
+            inst = rep["hosts"][name]["instances"][unit]
+            assert inst["smoke_build"] == build and inst["restarted"], inst
+            stops[f"{name} {unit}"] = inst["stop_seconds"]
+    # The backlog was still there when the restarts began, so tasks flowed through them.
+    assert max(depths) > 1000, depths
+    runs = {}
+    for prefix, (seconds, count) in batches.items():
+        for dummy in range(100):
+            runs[prefix] = json.loads(web.check_output(
+                f"/usr/local/sbin/shop-task --sleep --runs {prefix} {count}").splitlines()[-1])
+            if runs[prefix]["done"] == count:
+                break
+            time.sleep(3)
+    # Nothing was killed and no stop timed out, so no task ran twice and none was lost.
+    assert runs == {prefix: {"done": count, "runs": {"1": count}} for prefix, (seconds, count) in batches.items()}, runs
+    print(f"5,000 tasks through deploy {build} in {rep['seconds']}s: queue depth at most {max(depths)}, oldest message "
+          f"at most {oldest}s old during the deploy; stop waits {stops}")
 
 
 def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():
