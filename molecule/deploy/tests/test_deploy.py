@@ -641,7 +641,9 @@ def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drai
     assert run.stdout.strip(), run.stderr[-2000:]
     flood = json.loads(run.stdout.splitlines()[-1])
     assert (flood["done"], flood["missing"], flood["runs"]) == (2000, [], {"1": 2000}), flood
-    assert 18 <= flood["rate"] <= 22, flood
+    # At most the limit (+10 % for the measurement). The lower bound catches a wrong split (each instance given half
+    # its share drains at 10/s); it is no speed test: a CI machine short of CPU drained at 17.7/s.
+    assert 14 <= flood["rate"] <= 22, flood
     assert (flood["poison_state"], flood["poison_runs"]) == ("FAILURE", 5), flood
     got = dead_letters()
     poison = [e for e in got["sample"] if e["id"] == flood["poison_id"]]
@@ -656,17 +658,32 @@ def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drai
 
 
 def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_and_runs_each_task_once():
-    # Four instances (concurrency 1, prefetch 1) and 48 tasks of 8 s, twice the smoke deadline given here: every slot
-    # is busy during the whole rollout and the queue still holds a backlog at its end. A smoke job that waited for a
-    # slot, or behind the backlog, would miss the deadline and roll back a healthy deploy.
+    # Four instances (concurrency 1, prefetch 1) and tasks of 8 s, twice the smoke deadline given here, topped up while
+    # the deploy runs (however long it takes): every slot is busy during the whole rollout and the queue still holds a
+    # backlog at its end. A smoke job that waited for a slot, or behind the backlog, would miss the deadline and roll
+    # back a healthy deploy.
     web = host("web-trixie")
-    web.check_output("/usr/local/sbin/shop-task --sleep backlog 8 48")
+    batches = []
+
+    def top_up():
+        batches.append(f"backlog{len(batches)}")
+        web.check_output(f"/usr/local/sbin/shop-task --sleep {batches[-1]} 8 12 > /dev/null")
+
+    top_up()
     wait_for("every instance running a long task", lambda: sum(
         len(a["tasks"]) for a in json.loads(web.check_output(
             "/usr/local/sbin/shop-task --agent health --celery-app shopdemo.celery --timeout 2").splitlines()[-1]
         ).values()) == 4, timeout=60)
-    result = deploy(B2, sturdy_smoke_test_timeout=4)
-    assert result.returncode == 0, said(result)[-3000:]
+    run = subprocess.Popen(deploy_cmd(B2, sturdy_smoke_test_timeout=4), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    while run.poll() is None:
+        stats = json.loads(web.check_output(
+            "/usr/local/sbin/shop-task --agent stats --celery-app shopdemo.celery --timeout 0.5 default").splitlines()[-1])
+        if (stats[0].get("depth") or 0) < 8:
+            top_up()
+        time.sleep(3)
+    out, err = run.communicate()
+    assert run.returncode == 0, " ".join((out + err).split())[-3000:]
     rep = report()
     assert rep["result"] == "success", rep["message"]
     answered = {}
@@ -691,12 +708,14 @@ def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_an
                for line in rep["summary"]), rep["summary"]
     # Every long task ran exactly once: the restarts waited for the running ones and lost none.
     runs = {}
-    for dummy in range(60):
-        runs = json.loads(web.check_output("/usr/local/sbin/shop-task --sleep --runs backlog 48").splitlines()[-1])
-        if runs["done"] == 48:
-            break
-        time.sleep(3)
-    assert runs == {"done": 48, "runs": {"1": 48}}, runs
+    for batch in batches:
+        for dummy in range(60):
+            runs[batch] = json.loads(web.check_output(
+                f"/usr/local/sbin/shop-task --sleep --runs {batch} 12").splitlines()[-1])
+            if runs[batch]["done"] == 12:
+                break
+            time.sleep(3)
+    assert runs == dict.fromkeys(batches, {"done": 12, "runs": {"1": 12}}), runs
 
 
 def test_a_broker_stopped_for_20s_during_the_rolling_restart_loses_no_task_and_the_deploy_ends_one_of_two_ways():

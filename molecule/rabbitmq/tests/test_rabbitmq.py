@@ -95,7 +95,9 @@ def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drai
     assert run.stdout.strip(), run.stderr[-2000:]
     flood = json.loads(run.stdout.splitlines()[-1])
     assert (flood["done"], flood["missing"], flood["runs"]) == (2000, [], {"1": 2000}), flood
-    assert 18 <= flood["rate"] <= 22, flood
+    # At most the limit (+10 % for the measurement). The lower bound catches a wrong split (each instance given half
+    # its share drains at 10/s); it is no speed test: a CI machine short of CPU drained at 17.7/s.
+    assert 14 <= flood["rate"] <= 22, flood
     # RabbitMQ counted the deliveries (x-delivery-count); the agent moved the fourth, with its reason.
     assert (flood["poison_state"], flood["poison_runs"]) == ("FAILURE", 3), flood
     poison = [e for e in dead_letters()["sample"] if e["id"] == flood["poison_id"]]
