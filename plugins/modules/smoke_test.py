@@ -204,7 +204,10 @@ def main():
         instances = send(queues)
         if len(instances) != len(queues):
             module.fail_json(msg=f"The smoke client answered for {len(instances)} of {len(queues)} queues on {host}")
-        for unit, pid, entry in zip(p["units"], pids + [None] * len(p["units"]), instances):
+        rc, out, err = module.run_command(["systemctl", "show", "--property=MainPID", "--value", "--", *p["units"]])
+        pids_after = out.split() if rc == 0 else []
+        for unit, pid, pid_after, entry in zip(p["units"], pids + [None] * len(p["units"]),
+                                               pids_after + [None] * len(p["units"]), instances):
             entry["unit"] = unit
             if not entry.get("ok") and entry.get("unreachable"):
                 failures.append(broker_unreachable(f"the smoke job for {unit} on {host}", host, entry))
@@ -221,6 +224,11 @@ def main():
             answer = entry["answer"]
             expect = {"build_id": p["build_id"], "host": host, "unit": unit, "pid": pid, "release": release}
             entry["problems"] = check_answer(answer, expect)
+            if pid_after not in (None, pid) and str(answer.get("pid")) == pid_after:
+                # Its new process answered: the instance restarted while the job was in flight.
+                entry["problems"] = [f"it restarted while its smoke job was in flight (main PID {pid} -> {pid_after}), "
+                                     f"so it is not running steadily; journalctl -u {unit} says why"
+                                     ] + [x for x in entry["problems"] if not x.startswith("pid is ")]
             if entry["problems"]:
                 failures.append(f"{unit} on {host} answered, but {'; '.join(entry['problems'])}")
             warnings += reliability_warnings(unit, answer.get("settings") or {}, p["stop_timeout"])

@@ -628,6 +628,41 @@ def smoke_consumer_step():
     return SmokeConsumer
 
 
+def loop_alive() -> None:
+    """The event loop's watchdog feed; after a broker outage it also says the worker consumes again."""
+    if _STATE.pop("waiting_for_broker", None):
+        notify(f"WATCHDOG=1\nSTATUS=consuming ({_STATE.get('node')})")
+    else:
+        notify("WATCHDOG=1")
+
+
+def waiting_for_broker() -> None:
+    """Called about every second while Celery's consumer retries a lost broker connection (its loop is blocked in
+    kombu's retry, not hung): feeds the watchdog, so a broker outage longer than WatchdogSec= does not get every worker
+    killed and restarted, and says so in `systemctl status`."""
+    if _STATE.get("watchdog") is None:
+        return
+    since = _STATE.setdefault("waiting_for_broker", time.strftime("%H:%M:%S"))
+    notify(f"WATCHDOG=1\nSTATUS=waiting for the broker since {since} (reconnecting)")
+
+
+def feed_while_reconnecting() -> None:
+    """Hook waiting_for_broker into the callback Celery's consumer gives kombu's connection retry (maybe_shutdown,
+    called between retries)."""
+    from celery.worker.consumer import consumer  # pylint: disable=import-outside-toplevel
+
+    original = consumer.maybe_shutdown
+    if getattr(original, "sturdy_agent", False):
+        return
+
+    def maybe_shutdown():
+        original()
+        waiting_for_broker()
+
+    maybe_shutdown.sturdy_agent = True
+    consumer.maybe_shutdown = maybe_shutdown
+
+
 def install_celery_hooks() -> None:
     """Connect to Celery's worker signals (called at interpreter start when STURDY_AGENT=celery)."""
     from celery import signals  # pylint: disable=import-outside-toplevel
@@ -659,7 +694,8 @@ def install_celery_hooks() -> None:
         timer = getattr(sender, "timer", None)
         if usec and timer is not None:
             # Fed from the worker's event loop: a loop that hangs stops feeding and systemd restarts the unit.
-            _STATE["watchdog"] = timer.call_repeatedly(usec / 2e6, notify, ("WATCHDOG=1",), priority=10)
+            _STATE["watchdog"] = timer.call_repeatedly(usec / 2e6, loop_alive, priority=10)
+        feed_while_reconnecting()
 
     def init(sender=None, instance=None, **_):
         # Before the worker builds its consumer: the smoke queue gets a consumer step of its own.

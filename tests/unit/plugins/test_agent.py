@@ -343,3 +343,20 @@ def test_smoke_reports_a_job_the_broker_refused_and_still_waits_for_the_others(a
     assert default["ok"] is True and default["answer"]["build_id"] == "5"
     assert (mail["queue"], mail["ok"], mail["unreachable"]) == ("mail", False, True)
     assert "Error 111 connecting to broker:6379" in mail["error"]
+
+
+def test_a_worker_waiting_for_a_lost_broker_feeds_the_watchdog_and_says_so_until_its_loop_runs_again(agent, monkeypatch):
+    sent = []
+    monkeypatch.setattr(agent, "notify", sent.append)
+    monkeypatch.setitem(agent._STATE, "node", "worker1@h")
+    monkeypatch.delitem(agent._STATE, "watchdog", raising=False)
+    agent.waiting_for_broker()
+    assert sent == []  # before READY systemd watches no watchdog
+    monkeypatch.setitem(agent._STATE, "watchdog", object())
+    agent.waiting_for_broker()
+    agent.waiting_for_broker()
+    assert len(sent) == 2 and sent[0] == sent[1]
+    assert sent[0].startswith("WATCHDOG=1\nSTATUS=waiting for the broker since ")
+    agent.loop_alive()
+    agent.loop_alive()
+    assert sent[2:] == ["WATCHDOG=1\nSTATUS=consuming (worker1@h)", "WATCHDOG=1"]

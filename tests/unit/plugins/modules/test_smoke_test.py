@@ -34,7 +34,7 @@ def test_check_mode_sends_nothing(run_module):
 def test_every_instance_answers_the_build_through_systemd_run(run_module, monkeypatch):
     result, calls = run(run_module, monkeypatch, ARGS, [[answer()]])
     assert not result.get("failed"), result
-    client = calls[-1]
+    client = next(c for c in calls if c[0] == "systemd-run")
     assert client[0] == "systemd-run" and "--uid=shop" in client and "--working-directory=/srv/shop/current" in client
     assert client[-1].startswith("sturdy.smoke.shop-worker@1.")
 
@@ -66,3 +66,26 @@ def test_a_queue_with_a_backlog_is_proven_by_its_consumers_builds_not_by_a_job_b
                                                                                        "ok": False}]])
     assert result["failed"] and "Queue 'default' holds 40 waiting message(s) and no worker consumes it" in result["msg"]
     assert "consume orders" in result["msg"]
+
+
+def test_an_instance_that_restarted_while_its_job_was_in_flight_is_named_as_unsteady(run_module, monkeypatch):
+    monkeypatch.setattr(smoke_test.os.path, "realpath", lambda p: p)
+    pids = iter(["42\n", "77\n"])
+    restarted = answer()
+    restarted["answer"]["pid"] = 77
+    result, dummy = run_module(smoke_test, ARGS, [
+        (["systemctl", "show", "--property=MainPID"], lambda argv: (0, next(pids), "")),
+        (["systemd-run"], lambda argv: (0, json.dumps([restarted]) + "\n", "")),
+    ])
+    assert result["failed"], result
+    assert "it restarted while its smoke job was in flight (main PID 42 -> 77)" in result["msg"]
+    assert "journalctl -u shop-worker@1.service" in result["msg"] and "pid is" not in result["msg"]
+
+
+def test_a_broker_that_does_not_answer_is_named_not_a_worker_that_does_not_consume(run_module, monkeypatch):
+    down = {"queue": "q", "ok": False, "unreachable": True,
+            "error": "OperationalError: Error 111 connecting to broker:6379. Connection refused."}
+    result, dummy = run(run_module, monkeypatch, ARGS, [[down]])
+    assert result["failed"] and "could not reach the broker: OperationalError: Error 111 connecting to broker:6379" in (
+        result["msg"])
+    assert "does not consume" not in result["msg"]
