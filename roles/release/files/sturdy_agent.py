@@ -840,9 +840,9 @@ UNREACHABLE = ("OperationalError", "ConnectionError", "ConnectionRefusedError", 
 
 def failed(exc: BaseException) -> dict:
     """A smoke entry for a job that failed: its error, and whether the broker could not be reached at all."""
+    socket_error = isinstance(exc, OSError) and not isinstance(exc, TimeoutError)
     return {"ok": False, "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
-            "unreachable": type(exc).__name__ in UNREACHABLE or (isinstance(exc, OSError)
-                                                                and not isinstance(exc, TimeoutError))}
+            "unreachable": type(exc).__name__ in UNREACHABLE or socket_error}
 
 
 def waiting(app, queues: list[str]) -> dict:

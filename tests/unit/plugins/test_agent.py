@@ -338,7 +338,7 @@ def test_smoke_reports_a_job_the_broker_refused_and_still_waits_for_the_others(a
 
     monkeypatch.setattr(agent, "_celery_app", lambda spec: App())
     monkeypatch.setattr(agent, "waiting", lambda app, queues: dict.fromkeys(queues, 0))
-    monkeypatch.setattr(agent.uuid, "uuid4", lambda: type("U", (), {"hex": "t"})())
+    monkeypatch.setattr(agent.uuid, "uuid4", type("Token", (), {"hex": "t"}))
     default, mail = agent.smoke("shop.celery", ["default", "mail"], 1.0)
     assert default["ok"] is True and default["answer"]["build_id"] == "5"
     assert (mail["queue"], mail["ok"], mail["unreachable"]) == ("mail", False, True)
