@@ -175,6 +175,10 @@ def test_worker_listening_to_another_queue_fails_the_real_queue_smoke():
     # Same build, nothing switched: nothing to roll back, and the message says so instead of claiming a rollback.
     assert "Nothing was rolled back" in text
     assert all(current(name) == B2 for name in APPS)
+    # The report's message, the last thing the run prints, carries the reason, not "One or more items failed".
+    message = report()["message"]
+    assert "No worker took the smoke job sent to queue 'default'" in message and "One or more items" not in message, (
+        message)
 
 
 def test_concurrent_deploy_is_refused_by_the_lock():
