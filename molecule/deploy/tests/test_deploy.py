@@ -246,6 +246,12 @@ def test_a_lock_without_a_sign_of_life_is_reported_dead_with_its_owner_and_time(
         h.check_output("rm -f /srv/shop/.deploy.lock")
 
 
+def default_queue(web) -> dict:
+    """The agent's numbers for the default queue (depth, oldest message age), read on the web host."""
+    return json.loads(web.check_output(
+        "/usr/local/sbin/shop-task --agent stats --celery-app shopdemo.celery --timeout 0.5 default").splitlines()[-1])[0]
+
+
 def builds_named_before(text: str) -> dict[str, list[str]]:
     """The preflight's "Before this deploy the instances of shop run N builds: B on h u, h u; B2 on ..." as a dict."""
     found = re.search(r"Before this deploy the instances of shop run \d+ builds: (.*?)\. This deploy", text)
@@ -679,9 +685,8 @@ def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_an
     run = subprocess.Popen(deploy_cmd(B2, sturdy_smoke_test_timeout=4), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     while run.poll() is None:
-        stats = json.loads(web.check_output(
-            "/usr/local/sbin/shop-task --agent stats --celery-app shopdemo.celery --timeout 0.5 default").splitlines()[-1])
-        if (stats[0].get("depth") or 0) < 8:
+        stats = default_queue(web)
+        if (stats.get("depth") or 0) < 8:
             top_up()
         time.sleep(3)
     out, err = run.communicate()
@@ -777,10 +782,9 @@ def test_5000_tasks_flow_through_a_two_host_deploy_each_run_once_and_every_insta
                            stderr=subprocess.PIPE, text=True)
     oldest, depths = 0.0, []
     while run.poll() is None:
-        stats = json.loads(web.check_output(
-            "/usr/local/sbin/shop-task --agent stats --celery-app shopdemo.celery --timeout 0.5 default").splitlines()[-1])
-        oldest = max(oldest, stats[0].get("oldest_age") or 0.0)
-        depths.append(stats[0].get("depth") or 0)
+        stats = default_queue(web)
+        oldest = max(oldest, stats.get("oldest_age") or 0.0)
+        depths.append(stats.get("depth") or 0)
         time.sleep(2)
     out, err = run.communicate()
     assert run.returncode == 0, " ".join((out + err).split())[-3000:]
