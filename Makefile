@@ -18,10 +18,15 @@ export ANSIBLE_INJECT_FACT_VARS := false
 export NO_COLOR := 1
 export ANSIBLE_NOCOLOR := 1
 
-.PHONY: test lint sanity unit molecule molecule-collections bench demo demo-clean host-packages venv promtool images collection-copy clean
+.PHONY: test checks lint sanity unit molecule molecule-collections bench demo demo-clean host-packages venv promtool images collection-copy clean
 
 ## test: everything CI runs (lint, sanity, unit tests, every molecule scenario on bookworm and trixie)
-test: lint sanity unit molecule
+# The static checks run one after another beside the molecule lanes, on the core the lanes leave idle while their
+# hosts start (two make jobs: the lanes, and one check at a time); each job's output is printed when it ends.
+test: venv images promtool molecule-collections
+	$(MAKE) --no-print-directory -j2 --output-sync=target molecule checks
+checks:
+	$(MAKE) --no-print-directory -j1 lint sanity unit
 
 ## host-packages: podman, runc and debootstrap from apt (with recommends: aardvark-dns resolves names)
 host-packages:
