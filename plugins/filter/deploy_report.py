@@ -56,7 +56,8 @@ _value:
     - The report, a dictionary with C(app), C(build_id), C(run_id), C(owner), C(result) (C(success), C(failed) or
       C(rolled_back)), C(failures), C(seconds), C(phases), C(hosts) (per host C(from), C(to), C(switched),
       C(rolled_back_to) and C(instances), each with its smoke answer's build, latency, C(smoke_ran_in),
-      C(smoke_busy) and C(settings), the worker's reliability settings as it runs them), C(queues) (per Celery
+      C(smoke_busy), C(settings), the worker's reliability settings as it runs them, C(stop_seconds) and
+      C(stop_timed_out), whether its stop used the whole C(TimeoutStopSec=)), C(queues) (per Celery
       queue after the deploy, C(depth), C(oldest_age), C(dead_letter_depth), C(consumers), C(rate_limit),
       C(drain_seconds) or C(error), and C(smoke), its real-queue smoke entry), C(message) (why the run failed and
       what happened to the hosts) and C(summary) (lines for the console).
@@ -92,6 +93,8 @@ def _instances(record: dict) -> dict:
             "restart_seconds": _get(restarted, unit, "seconds"),
             # How long the old process took to stop: a warm shutdown waits for the tasks it runs.
             "stop_seconds": _get(restarted, unit, "stop_seconds"),
+            # The stop used its whole TimeoutStopSec=: systemd SIGKILLed the tasks still running.
+            "stop_timed_out": bool(_get(restarted, unit, "stop_timed_out")),
             "active": a.get("ActiveState"),
             "smoke_build": _get(s, "answer", "build_id"),
             "smoke_latency": s.get("latency"),
@@ -202,7 +205,11 @@ def deploy_report(records, run, plan, finished, rollback=True):
                 smoke += (f" (answered by the worker: every slot busy with {len(inst['smoke_busy'])} task(s), the "
                           f"longest running {longest:g}s)")
             took = f" in {inst['restart_seconds']}s" if inst["restart_seconds"] is not None else ""
-            if inst["stop_seconds"]:
+            if inst["stop_timed_out"]:
+                took += (f" (its stop waited {inst['stop_seconds']}s, its whole TimeoutStopSec=, and systemd SIGKILLed "
+                         "the tasks still running: with acks_late the broker hands them out again, to run from the "
+                         "start)")
+            elif inst["stop_seconds"]:
                 took += f" (its stop waited {inst['stop_seconds']}s for running tasks)"
             lines.append(f"  {unit}: {inst['active'] or 'state unknown'}, {'restarted' + took if inst['restarted'] else 'not restarted'}, "
                          f"NRestarts {inst['nrestarts_before'] or '-'} -> {inst['nrestarts_after'] or '-'}, {smoke}")

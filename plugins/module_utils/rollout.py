@@ -15,12 +15,15 @@ from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query impor
     WATCH_PROPERTIES,
     crash_signs,
     parse_show,
+    timespan_seconds,
 )
 
 POLL = 0.5
 # When a restart's stop began (the old process left active) and ended (it entered inactive): how long the stop waited
 # for running tasks under a warm shutdown.
 STOP_PROPERTIES = ("ActiveExitTimestampMonotonic", "InactiveEnterTimestampMonotonic")
+# A stop that lasted its whole TimeoutStopSec= ended in a SIGKILL: the tasks still running were killed, not finished.
+STOP_TIMEOUT = "TimeoutStopUSec"
 # Marks of systemd's own record of an exit, which journald may write after the process's last words.
 EXIT_MARKS = ("Main process exited", "Failed with result")
 
@@ -42,7 +45,7 @@ class Host:
         self.run, self.http_ok, self.clock, self.wall, self.sleep = run, http_ok, clock, wall, sleep
 
     def show(self, name: str) -> dict:
-        rc, out, err = self.run(["systemctl", "show", "--property=" + ",".join(WATCH_PROPERTIES + STOP_PROPERTIES), "--",
+        rc, out, err = self.run(["systemctl", "show", "--property=" + ",".join(WATCH_PROPERTIES + STOP_PROPERTIES + (STOP_TIMEOUT,)), "--",
                                  name])
         if rc != 0:
             raise RuntimeError(f"systemctl show {name} failed (rc {rc}): {err.strip()}")
@@ -99,6 +102,13 @@ def stop_seconds(state: dict) -> float | None:
     return round((ended - began) / 1e6, 2) if 0 < began <= ended else None
 
 
+def stop_timed_out(before: dict, stopped: float | None) -> bool:
+    """Whether a stop that took `stopped` seconds used up the TimeoutStopSec= the unit had (`before` its restart),
+    so systemd SIGKILLed what was still running."""
+    timeout = timespan_seconds(before.get(STOP_TIMEOUT))
+    return bool(stopped is not None and timeout and stopped >= timeout - 0.05)
+
+
 def roll(host: Host, units: list, settle: float = 5, ready_timeout: float = 60, journal_lines: int = 25) -> list[dict]:
     """Restart `units` in order, each ready (its restart job, then its readiness URL) and stable over `settle`
     seconds before the next. Raises RolloutError at the first one that is not, naming the untouched rest."""
@@ -122,6 +132,7 @@ def roll(host: Host, units: list, settle: float = 5, ready_timeout: float = 60, 
             "seconds": round(host.clock() - started, 2),
             "ready_seconds": round(ready, 2),
             "stop_seconds": stop_seconds(now),
+            "stop_timed_out": stop_timed_out(before, stop_seconds(now)),
             "before": {k: before.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
             "after": {k: now.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
         })

@@ -57,6 +57,19 @@ def parse_version(text: str) -> int:
     return int(match.group(1))
 
 
+_SPAN_PART = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|min|h|d|w)(?![a-z])")
+_SPAN_SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def timespan_seconds(text: str | None) -> float | None:
+    """Seconds in a time span as `systemctl show` prints it ("1min 30s", "500ms"); None for "infinity" or no span."""
+    text = (text or "").strip()
+    parts = _SPAN_PART.findall(text)
+    if not parts or _SPAN_PART.sub("", text).strip():
+        return None
+    return round(sum(float(number) * _SPAN_SECONDS[unit] for number, unit in parts), 6)
+
+
 def parse_show(text: str) -> list[dict[str, str]]:
     """Split `systemctl show` output for several units (blank-line separated) into dicts."""
     blocks: list[dict[str, str]] = []

@@ -79,7 +79,8 @@ RETURN = r"""
 restarted:
   description: Units restarted and stable, in order, each with C(seconds) (restart until ready and settled),
     C(ready_seconds) (restart until ready), C(stop_seconds) (how long the stop took, waiting for running tasks
-    under a warm shutdown), C(before) and C(after) (C(InvocationID), C(MainPID), C(NRestarts)).
+    under a warm shutdown), C(stop_timed_out) (the stop used the whole C(TimeoutStopSec=) and systemd SIGKILLed what
+    still ran), C(before) and C(after) (C(InvocationID), C(MainPID), C(NRestarts)).
   returned: always
   type: list
   elements: dict

@@ -574,6 +574,44 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
         trixie.run("systemctl start shop-worker@2.service")
 
 
+def test_a_task_still_running_at_the_stop_timeout_is_killed_said_so_and_runs_again_once():
+    # The rolling restart's own module on an instance whose TimeoutStopSec= (3 s, by a drop-in) is shorter than the
+    # task it runs (12 s): the warm shutdown waits 3 s, systemd SIGKILLs the task, the module says the stop used its
+    # whole timeout, and the broker hands the unacknowledged task out again (acks_late): it runs once more, to the end.
+    trixie, bookworm, web = host("worker-trixie"), host("worker-bookworm"), host("web-trixie")
+    unit, records = "shop-worker@1.service", "/var/lib/shop/sturdy-tasks/shop-worker@1.service"
+    dropin = f"/run/systemd/system/{unit}.d/zz-stop.conf"
+    try:
+        bookworm.check_output("systemctl stop shop-worker@1.service shop-worker@2.service")
+        trixie.check_output("systemctl stop shop-worker@2.service")
+        # The restarted worker looks for unacknowledged messages after 10 s instead of 60: the test waits less.
+        trixie.check_output(f"mkdir -p {dropin.rsplit('/', 1)[0]} && printf '[Service]\\nTimeoutStopSec=3\\n"
+                            f"Environment=SHOP_VISIBILITY_TIMEOUT=10\\n' > {dropin} && systemctl daemon-reload")
+        task_id = web.check_output("/usr/local/sbin/shop-task --sleep stoptimeout 12 1").splitlines()[-1]
+        wait_for("the agent recording the long task as running",
+                 lambda: trixie.run(f"grep -qs {task_id} {records}/*.json").rc == 0, 60)
+        result = subprocess.run(["ansible", "worker-trixie", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-o", "-m",
+                                 "sturdy.workers.rolling_restart", "-a", json.dumps({"units": [unit], "settle": 2})],
+                                capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 0, said(result)[-3000:]
+        (restarted,) = json.loads(result.stdout.split(" => ", 1)[1])["restarted"]
+        assert restarted["stop_timed_out"] is True and restarted["stop_seconds"] >= 3, restarted
+        assert "State 'stop-sigterm' timed out. Killing." in trixie.check_output(
+            f"journalctl --no-pager -o cat -u {unit} -n 200")
+        runs = {}
+        for dummy in range(40):
+            runs = json.loads(web.check_output("/usr/local/sbin/shop-task --sleep --runs stoptimeout 1").splitlines()[-1])
+            if runs["done"]:
+                break
+            time.sleep(3)
+        assert runs == {"done": 1, "runs": {"2": 1}}, runs
+        # A deliberate restart, not a crash: systemd counted none.
+        assert trixie.check_output(f"systemctl show -P NRestarts {unit}") == "0"
+    finally:
+        trixie.run(f"rm -f {dropin} && systemctl daemon-reload && systemctl restart {unit} shop-worker@2.service")
+        bookworm.run("systemctl start shop-worker@1.service shop-worker@2.service")
+
+
 def test_readme_diagnose_tells_a_crash_at_import_and_a_start_timeout_and_masks_the_secret_printed():
     bookworm, trixie = host("worker-bookworm"), host("worker-trixie")
     unit = "shop-worker@2.service"

@@ -26,12 +26,19 @@ def test_success_report_has_builds_phases_restarts_and_latency():
     assert rep["phases"] == {"preflight": 10.0, "install": 20.0, "migrate": 5.0, "restart": 25.0, "finish": 10.0}
     inst = rep["hosts"]["h1"]["instances"]["shop-worker@1.service"]
     assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "restart_seconds": 4.2,
-                    "stop_seconds": 3.1,
+                    "stop_seconds": 3.1, "stop_timed_out": False,
                     "active": "active", "smoke_build": "2", "smoke_latency": 0.05, "smoke_ran_in": None,
                     "smoke_busy": [], "settings": {}}
     assert rep["hosts"]["h1"]["from"] == "1" and rep["hosts"]["h1"]["to"] == "2"
     assert rep["summary"][0].startswith("deploy shop 2: success in 70.0s")
     assert "restarted in 4.2s (its stop waited 3.1s for running tasks)" in rep["summary"][2]
+    # A stop that used its whole TimeoutStopSec= killed what still ran: the summary says so, and what happens next.
+    killed = record()
+    killed["restarted"][0]["stop_timed_out"] = True
+    rep = deploy_report({"h1": killed}, RUN, PLAN, 1070.0)
+    assert rep["hosts"]["h1"]["instances"]["shop-worker@1.service"]["stop_timed_out"] is True
+    assert ("restarted in 4.2s (its stop waited 3.1s, its whole TimeoutStopSec=, and systemd SIGKILLed the tasks "
+            "still running: with acks_late the broker hands them out again, to run from the start)") in rep["summary"][2]
 
 
 def test_failure_and_rollback_are_reported():

@@ -58,7 +58,7 @@ def test_units_restart_in_order_each_settled_before_the_next():
     assert all(d["seconds"] >= 2 for d in done)
     assert done[0]["before"]["InvocationID"] == "inv0" and done[0]["after"]["InvocationID"] != "inv0"
     # How long each stop waited (for running tasks, under a warm shutdown), from systemd's own timestamps.
-    assert done[0]["stop_seconds"] == 7.25
+    assert done[0]["stop_seconds"] == 7.25 and done[0]["stop_timed_out"] is False
     # The start-limit counter is reset before each deliberate restart.
     resets = [i for i, argv in enumerate(fake.log) if argv[:2] == ["systemctl", "reset-failed"]]
     assert len(resets) == 2
@@ -100,3 +100,12 @@ def test_the_journal_is_read_until_systemds_exit_record_is_there():
     # Ten reads 0.5 s apart, then it reports what there is.
     assert sum(1 for argv in fake.log if argv[0] == "journalctl" and "--sync" not in argv) == 10
     assert err.value.journal == ["only the traceback so far"]
+
+
+def test_a_stop_that_used_its_whole_timeout_is_told_apart_from_a_warm_shutdown():
+    # 7.25 s of stop against TimeoutStopSec=7s: systemd SIGKILLed what still ran. Against 1min 30s: a warm shutdown.
+    for timeout, killed in (("7s", True), ("7250ms", True), ("1min 30s", False), ("infinity", False)):
+        fake = FakeSystemd(["a@1.service"])
+        fake.units["a@1.service"]["TimeoutStopUSec"] = timeout
+        (done,) = roll(fake.host(), ["a@1.service"], settle=0)
+        assert (done["stop_seconds"], done["stop_timed_out"]) == (7.25, killed), timeout

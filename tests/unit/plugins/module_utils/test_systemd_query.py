@@ -11,6 +11,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query impor
     parse_show,
     parse_version,
     query,
+    timespan_seconds,
 )
 
 # Captured from systemd 257 (trixie) and 252 (bookworm) test hosts.
@@ -195,3 +196,11 @@ def test_crash_signs_tell_a_stable_unit_from_a_crash_loop():
     assert "restarted it on its own" in crash_signs(started, dict(started, InvocationID="i2", NRestarts="1"))
     assert "activating" in crash_signs(started, dict(started, ActiveState="activating", SubState="auto-restart"))
     assert "main process changed" in crash_signs(started, dict(started, MainPID="11"))
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("3s", 3), ("1min 30s", 90), ("500ms", 0.5), ("1h 2min 3.5s", 3723.5), ("250us", 0.00025),
+    ("infinity", None), ("", None), (None, None), ("3 s", None), ("5sec", None),
+])
+def test_timespans_as_systemctl_show_prints_them(text, seconds):
+    assert timespan_seconds(text) == seconds
