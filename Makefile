@@ -48,7 +48,7 @@ $(PROMTOOL_BIN):
 	# apt-get download fetches the .deb only; a host that never ran apt-get update has no package lists: update, retry.
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && \
 	  { apt-get download -qq prometheus 2>/dev/null || { apt-get update -qq && apt-get download -qq prometheus; }; } && \
-	  rm -rf $(CURDIR)/.build/promtool && dpkg-deb -x prometheus_*.deb $(CURDIR)/.build/promtool
+	  rm -rf $(CURDIR)/.build/promtool && mkdir -p $(CURDIR)/.build/promtool && dpkg-deb -x prometheus_*.deb $(CURDIR)/.build/promtool
 	$@ --version
 
 ## images: Debian bookworm (systemd 252) and trixie (systemd 257) test hosts, rebuilt when the recipe changes
