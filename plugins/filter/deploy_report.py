@@ -143,7 +143,7 @@ def _queue_line(name: str, q: dict) -> str:
     smoke = q.get("smoke") or {}
     if smoke.get("backlog"):
         builds = sorted({str(c.get("build_id")) for c in smoke.get("consumers") or []})
-        words.append(f"no smoke job sent behind its {smoke['backlog']} waiting: consumed by "
+        words.append(f"no smoke job sent behind the {smoke['backlog']} then waiting: consumed by "
                      f"{len(smoke.get('consumers') or [])} worker(s) on build {', '.join(builds) or '-'}")
     elif smoke.get("ok"):
         words.append(f"smoke job answered by build {_get(smoke, 'answer', 'build_id')} in {smoke.get('latency')}s")

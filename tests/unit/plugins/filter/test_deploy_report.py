@@ -98,6 +98,6 @@ def test_the_report_says_how_each_instance_and_queue_was_proven_under_a_backlog(
     assert ("smoke 2 in 0.05s (answered by the worker: every slot busy with 1 task(s), the longest running 6.5s)"
             in rep["summary"][2])
     assert rep["summary"][-2:] == [
-        "queue default: 40 waiting, no smoke job sent behind its 41 waiting: consumed by 2 worker(s) on build 2",
+        "queue default: 40 waiting, no smoke job sent behind the 41 then waiting: consumed by 2 worker(s) on build 2",
         "queue mail: 0 waiting, smoke job answered by build 2 in 0.2s",
     ]
