@@ -7,6 +7,8 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,22 @@ def deploy(build: str, playbook: str = "converge.yml", **extra) -> subprocess.Co
     # On Mitogen and logging to the scenario's ansible.log, as molecule.yml's provisioner env says.
     return subprocess.run(deploy_cmd(build, playbook, **extra), capture_output=True, text=True, timeout=900,
                           check=False)
+
+
+def deploy_while(build: str, poll, every: float, **extra) -> dict:
+    """Deploy `build` as deploy() does, calling poll() every `every` seconds while it runs; the report of the deploy,
+    which must succeed. The run's output goes to a file: a pipe nobody reads while polling fills up and blocks it."""
+    with tempfile.TemporaryFile("w+") as out:
+        run = subprocess.Popen(deploy_cmd(build, **extra), stdout=out, stderr=subprocess.STDOUT, text=True)
+        while run.poll() is None:
+            poll()
+            time.sleep(every)
+        out.seek(0)
+        text = out.read()
+    assert run.returncode == 0, " ".join(text.split())[-3000:]
+    rep = report()
+    assert rep["result"] == "success", rep["message"]
+    return rep
 
 
 def readme_command(playbook: str, build: str = "", having: str = "") -> list[str]:
@@ -117,6 +135,19 @@ def task(name: str, key: str) -> dict:
     """Enqueue one task from the web host as a producer would and return the worker's answer."""
     out = host(name).check_output(f"/usr/local/sbin/shop-task {key} {key} 60")
     return json.loads(out.splitlines()[-1])
+
+
+def runs_of(prefix: str, count: int, tries: int = 60) -> dict:
+    """How many times each of the `count` long tasks sent as `prefix` ran, {"done": n, "runs": {times: tasks}}, read on
+    the web host every 3 s until all are done or `tries` reads have passed."""
+    runs = {}
+    for dummy in range(tries):
+        runs = json.loads(host("web-trixie").check_output(
+            f"/usr/local/sbin/shop-task --sleep --runs {prefix} {count}").splitlines()[-1])
+        if runs["done"] == count:
+            break
+        time.sleep(3)
+    return runs
 
 
 PROMTOOL = SCENARIO_DIR.parent.parent / ".build" / "promtool" / "usr" / "bin" / "promtool"

@@ -13,8 +13,8 @@ import subprocess
 import time
 
 from conftest import (APPS, EPHEMERAL, SECRET, WORKER_UNITS, WORKERS, collect_and_scrape, current, deploy,
-                      deploy_cmd, host, invocations, main_cwd, prometheus, readme_command, recaps, report, run_as_readme,
-                      said, task, units_of, wait_for, while_tasks_flow)
+                      deploy_cmd, deploy_while, host, invocations, main_cwd, prometheus, readme_command, recaps, report,
+                      run_as_readme, runs_of, said, task, units_of, wait_for, while_tasks_flow)
 
 B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 
@@ -561,12 +561,7 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
         assert f"web-trixie: no unit {unit} here" in text
         # Once the visibility timeout (60 s here) is up the broker hands the task out again: it runs once more, to
         # the end, and nothing else runs twice.
-        runs = {}
-        for dummy in range(50):
-            runs = json.loads(web.check_output("/usr/local/sbin/shop-task --sleep --runs diagnose 1").splitlines()[-1])
-            if runs["done"]:
-                break
-            time.sleep(3)
+        runs = runs_of("diagnose", 1, tries=50)
         assert runs == {"done": 1, "runs": {"2": 1}}, runs
         assert trixie.check_output(f"systemctl show -P NRestarts {unit}") == "1"
     finally:
@@ -598,12 +593,7 @@ def test_a_task_still_running_at_the_stop_timeout_is_killed_said_so_and_runs_aga
         assert restarted["stop_timed_out"] is True and restarted["stop_seconds"] >= 3, restarted
         # systemd's own words for it, in the unit's journal.
         assert "State 'stop-sigterm' timed out" in trixie.check_output(f"journalctl --no-pager -o cat -u {unit} -n 200")
-        runs = {}
-        for dummy in range(40):
-            runs = json.loads(web.check_output("/usr/local/sbin/shop-task --sleep --runs stoptimeout 1").splitlines()[-1])
-            if runs["done"]:
-                break
-            time.sleep(3)
+        runs = runs_of("stoptimeout", 1, tries=40)
         assert runs == {"done": 1, "runs": {"2": 1}}, runs
         # A deliberate restart, not a crash: systemd counted none.
         assert trixie.check_output(f"systemctl show -P NRestarts {unit}") == "0"
@@ -720,17 +710,12 @@ def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_an
         len(a["tasks"]) for a in json.loads(web.check_output(
             "/usr/local/sbin/shop-task --agent health --celery-app shopdemo.celery --timeout 2").splitlines()[-1]
         ).values()) == 4, timeout=60)
-    run = subprocess.Popen(deploy_cmd(B2, sturdy_smoke_test_timeout=4), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    while run.poll() is None:
-        stats = default_queue(web)
-        if (stats.get("depth") or 0) < 8:
+
+    def keep_the_backlog():
+        if (default_queue(web).get("depth") or 0) < 8:
             top_up()
-        time.sleep(3)
-    out, err = run.communicate()
-    assert run.returncode == 0, " ".join((out + err).split())[-3000:]
-    rep = report()
-    assert rep["result"] == "success", rep["message"]
+
+    rep = deploy_while(B2, keep_the_backlog, 3, sturdy_smoke_test_timeout=4)
     answered = {}
     for name in WORKERS:
         for unit in WORKER_UNITS:
@@ -752,14 +737,7 @@ def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_an
     assert any(line.startswith("queue default: ") and "no smoke job sent behind the" in line
                for line in rep["summary"]), rep["summary"]
     # Every long task ran exactly once: the restarts waited for the running ones and lost none.
-    runs = {}
-    for batch in batches:
-        for dummy in range(60):
-            runs[batch] = json.loads(web.check_output(
-                f"/usr/local/sbin/shop-task --sleep --runs {batch} 12").splitlines()[-1])
-            if runs[batch]["done"] == 12:
-                break
-            time.sleep(3)
+    runs = {batch: runs_of(batch, 12) for batch in batches}
     assert runs == dict.fromkeys(batches, {"done": 12, "runs": {"1": 12}}), runs
 
 
@@ -796,12 +774,7 @@ def test_a_broker_stopped_for_20s_during_the_rolling_restart_loses_no_task_and_t
             "active", "active"]
     # Every task ran to its effect. A task whose acknowledgement the broker could not take runs again once the
     # visibility timeout (60 s) hands it out: twice at most, and never lost.
-    runs = {}
-    for dummy in range(60):
-        runs = json.loads(web.check_output("/usr/local/sbin/shop-task --sleep --runs brokerdown 1200").splitlines()[-1])
-        if runs["done"] == 1200:
-            break
-        time.sleep(3)
+    runs = runs_of("brokerdown", 1200)
     assert runs["done"] == 1200 and set(runs["runs"]) <= {"1", "2"}, runs
     print(f"broker stopped 20 s: deploy {rep['result']} in {rep['seconds']}s, phases {rep['phases']}, runs {runs}, "
           f"stops {[rep['hosts'][n]['instances'][u]['stop_seconds'] for n in WORKERS for u in WORKER_UNITS]}")
@@ -816,18 +789,14 @@ def test_5000_tasks_flow_through_a_two_host_deploy_each_run_once_and_every_insta
     for prefix, (seconds, count) in batches.items():
         web.check_output(f"/usr/local/sbin/shop-task --sleep {prefix} {seconds} {count} > /dev/null")
     build = B2 if current("worker-trixie") == B5 else B5
-    run = subprocess.Popen(deploy_cmd(build, shop_rate_limit=1000), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    oldest, depths = 0.0, []
-    while run.poll() is None:
-        stats = default_queue(web)
-        oldest = max(oldest, stats.get("oldest_age") or 0.0)
-        depths.append(stats.get("depth") or 0)
-        time.sleep(2)
-    out, err = run.communicate()
-    assert run.returncode == 0, " ".join((out + err).split())[-3000:]
-    rep = report()
-    assert rep["result"] == "success", rep["message"]
+    seen = []
+
+    def watch_the_queue():
+        seen.append(default_queue(web))
+
+    rep = deploy_while(build, watch_the_queue, 2, shop_rate_limit=1000)
+    depths = [stats.get("depth") or 0 for stats in seen]
+    oldest = max((stats.get("oldest_age") or 0.0 for stats in seen), default=0.0)
     stops = {}
     for name in WORKERS:
         for unit in WORKER_UNITS:
@@ -836,14 +805,7 @@ def test_5000_tasks_flow_through_a_two_host_deploy_each_run_once_and_every_insta
             stops[f"{name} {unit}"] = inst["stop_seconds"]
     # The backlog was still there when the restarts began, so tasks flowed through them.
     assert max(depths) > 1000, depths
-    runs = {}
-    for prefix, (seconds, count) in batches.items():
-        for dummy in range(100):
-            runs[prefix] = json.loads(web.check_output(
-                f"/usr/local/sbin/shop-task --sleep --runs {prefix} {count}").splitlines()[-1])
-            if runs[prefix]["done"] == count:
-                break
-            time.sleep(3)
+    runs = {prefix: runs_of(prefix, count, tries=100) for prefix, (seconds, count) in batches.items()}
     # Nothing was killed and no stop timed out, so no task ran twice and none was lost.
     assert runs == {prefix: {"done": count, "runs": {"1": count}} for prefix, (seconds, count) in batches.items()}, runs
     print(f"5,000 tasks through deploy {build} in {rep['seconds']}s: queue depth at most {max(depths)}, oldest message "
