@@ -24,6 +24,7 @@ POLL = 0.5
 STOP_PROPERTIES = ("ActiveExitTimestampMonotonic", "InactiveEnterTimestampMonotonic")
 # A stop that lasted its whole TimeoutStopSec= ended in a SIGKILL: the tasks still running were killed, not finished.
 STOP_TIMEOUT = "TimeoutStopUSec"
+SHOWN = WATCH_PROPERTIES + STOP_PROPERTIES + (STOP_TIMEOUT,)
 # Marks of systemd's own record of an exit, which journald may write after the process's last words.
 EXIT_MARKS = ("Main process exited", "Failed with result")
 
@@ -45,8 +46,7 @@ class Host:
         self.run, self.http_ok, self.clock, self.wall, self.sleep = run, http_ok, clock, wall, sleep
 
     def show(self, name: str) -> dict:
-        rc, out, err = self.run(["systemctl", "show", "--property=" + ",".join(WATCH_PROPERTIES + STOP_PROPERTIES + (STOP_TIMEOUT,)), "--",
-                                 name])
+        rc, out, err = self.run(["systemctl", "show", "--property=" + ",".join(SHOWN), "--", name])
         if rc != 0:
             raise RuntimeError(f"systemctl show {name} failed (rc {rc}): {err.strip()}")
         return (parse_show(out) or [{}])[0]
@@ -127,12 +127,13 @@ def roll(host: Host, units: list, settle: float = 5, ready_timeout: float = 60, 
                 + (f"Not restarted, still on the code they ran: {', '.join(rest)}. " if rest else "")
                 + f"Last log lines ({len(journal)}):\n" + "\n".join(journal),
                 name, journal, restarted)
+        stopped = stop_seconds(now)
         restarted.append({
             "name": name,
             "seconds": round(host.clock() - started, 2),
             "ready_seconds": round(ready, 2),
-            "stop_seconds": stop_seconds(now),
-            "stop_timed_out": stop_timed_out(before, stop_seconds(now)),
+            "stop_seconds": stopped,
+            "stop_timed_out": stop_timed_out(before, stopped),
             "before": {k: before.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
             "after": {k: now.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
         })
