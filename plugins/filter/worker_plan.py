@@ -18,6 +18,10 @@ description:
     C(start_limit_burst) fast failures actually trip the start limit."
   - A stop timeout that was not declared is raised to C(max_task_runtime) plus the margin. A singleton process type
     gets no instance unless the defaults say C(singleton_here).
+  - Fails, naming the process type, the option and the fix, on what no host could run: an instance count outside
+    0..C(max_instances), a declared stop timeout shorter than C(max_task_runtime) plus the margin, restart timing
+    systemd cannot use, a path that is relative, holds characters a unit would read specially, or lies where
+    C(ProtectHome=) hides it.
 options:
   _input:
     description: The C(processes) of the app plan.
@@ -25,7 +29,9 @@ options:
     elements: dict
     required: true
   defaults:
-    description: Values for options a declaration leaves out, plus C(stop_margin) and C(singleton_here).
+    description: >-
+      Values for options a declaration leaves out, plus C(stop_margin), C(max_instances), C(singleton_here) and
+      C(fleet) (every host's declarations, to split a C(rate_limit) between the instances).
     type: dict
     required: true
   systemd_version:

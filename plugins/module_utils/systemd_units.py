@@ -8,6 +8,7 @@ exercise them directly.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -164,6 +165,31 @@ def rate_per_instance(name: str, rate_limit: Any, fleet: list[list[dict[str, Any
     return float(f"{rate / max(total, 1):.4g}")
 
 
+# Keys of the defaults that steer the plan and are not options of a process type.
+_NOT_PROCESS_OPTIONS = ("stop_margin", "singleton_here", "fleet", "max_instances")
+# What a path in a unit may look like here: absolute, nothing systemd or the shell would read specially.
+_SANDBOX_PATH = re.compile(r"^/[-A-Za-z0-9._/@+:=,~]*$")
+# Hidden from the unit by ProtectHome=yes.
+_HIDDEN_PATH = re.compile(r"^/(home|root|run/user)(/|$)")
+
+
+def _check_timing(where: str, proc: dict[str, Any], margin: int) -> None:
+    """Refuse a stop timeout that would SIGKILL a task still allowed to run, and restart timing systemd cannot use."""
+    if proc["stop_timeout_min"] is not None and int(proc["stop_timeout"]) < proc["stop_timeout_min"]:
+        raise UnitSpecError(
+            f"{where}.stop_timeout={proc['stop_timeout']}s is shorter than max_task_runtime "
+            f"({proc['max_task_runtime']}s) + sturdy_worker_stop_margin ({margin}s): a graceful stop would SIGKILL a "
+            f"task that is still allowed to run. Set stop_timeout to at least {proc['stop_timeout_min']}, or leave "
+            "it out and the role uses that")
+    sec, most, steps, burst, stop = (int(proc[k]) for k in (
+        "restart_sec", "restart_max_delay", "restart_steps", "start_limit_burst", "stop_timeout"))
+    if sec < 1 or most < sec or steps < 0 or burst < 1 or stop < 1:
+        raise UnitSpecError(
+            f"{where} restart timing is unusable (restart_sec={sec}, restart_max_delay={most}, restart_steps={steps}, "
+            f"start_limit_burst={burst}, stop_timeout={stop}): restart_sec, start_limit_burst and stop_timeout must "
+            "be at least 1, restart_max_delay at least restart_sec, restart_steps 0 (no backoff) or more")
+
+
 def plan_processes(
     processes: list[dict[str, Any]],
     defaults: dict[str, Any],
@@ -172,20 +198,24 @@ def plan_processes(
     """Fill the app plan's process types (module_utils/app_plan.py: names, units, accounts, resolved commands)
     with the role defaults and derive what the unit template needs on a host running `systemd_version`.
 
-    Validation of types and option names is argument_specs' job; this only fills in and derives.
-    A stop timeout that was not declared is raised to cover the declared task runtime plus the margin;
-    one that was declared is kept as is, and preflight refuses it when it is too short.
+    Types and option names are argument_specs' job; this fills in, derives, and refuses (UnitSpecError naming the
+    option and the fix) what no host could run. A stop timeout that was not declared is raised to cover the declared
+    task runtime plus the margin; one that was declared is kept, and refused when it is too short.
     """
     backoff = int(systemd_version) >= RESTART_BACKOFF_MIN_SYSTEMD
     margin = int(defaults.get("stop_margin", 0))
     singleton_here = bool(defaults.get("singleton_here", True))
     fleet = defaults.get("fleet") or []
+    most = defaults.get("max_instances")
     planned = []
     for declared in processes:
-        proc = {k: v for k, v in defaults.items() if k not in ("stop_margin", "singleton_here", "fleet")}
+        proc = {k: v for k, v in defaults.items() if k not in _NOT_PROCESS_OPTIONS}
         proc.update({k: v for k, v in declared.items() if v is not None})
         name = proc["name"]
         where = f"sturdy_processes[{name}]"
+        if not 0 <= int(proc.get("instances", 0)) <= (int(most) if most is not None else math.inf):
+            raise UnitSpecError(f"{where}.instances={proc['instances']} is out of range: use 0 (stop all) to {most}, "
+                                "or raise sturdy_worker_max_instances if you really mean it")
         if proc.get("singleton"):
             # A scheduler runs once in the whole deployment: one instance, on one host.
             if int(proc["instances"]) > 1:
@@ -228,9 +258,17 @@ def plan_processes(
         if runtime is not None and declared.get("stop_timeout") is None:
             proc["stop_timeout"] = max(int(proc["stop_timeout"]), int(runtime) + margin)
         proc["stop_timeout_min"] = None if runtime is None else int(runtime) + margin
+        _check_timing(where, proc, margin)
         workdir = [proc["working_directory"]] if proc.get("working_directory") else []
         proc["directories"] = [*workdir, *proc["read_write_paths"]]
         proc["paths"] = [proc["command"][0], *workdir, *proc["environment_files"], *proc["read_write_paths"]]
+        for path in proc["paths"]:
+            if not _SANDBOX_PATH.match(path) or _HIDDEN_PATH.match(path):
+                raise UnitSpecError(
+                    f"{where} uses {json.dumps(path)} (command, working_directory, environment_files or "
+                    "read_write_paths): paths must be absolute, made of letters, digits and - . _ / @ + : = , ~ (no "
+                    "spaces, quotes or %), and outside /home, /root and /run/user, which the unit hides "
+                    "(ProtectHome=yes). Install the app under /srv or /opt")
         proc["description"] = proc["description"].replace("%", "%%").replace("\n", " ")
         # What sturdy.workers.rolling_restart needs per instance.
         proc["restart_specs"] = [{"name": u, "http": proc["readiness_http"]} for u in proc["units"]]

@@ -124,12 +124,6 @@ def test_plan_raises_undeclared_stop_timeout_to_cover_tasks():
     assert worker["stop_timeout_min"] == 330
 
 
-def test_plan_keeps_a_declared_stop_timeout_for_preflight_to_judge():
-    (worker,) = _plan([{"name": "worker", "command": ["/bin/w"], "max_task_runtime": 300, "stop_timeout": 60}])
-    assert worker["stop_timeout"] == 60
-    assert worker["stop_timeout_min"] == 330
-
-
 def test_plan_backoff_depends_on_systemd_version():
     (new,) = _plan([{"name": "w", "command": ["/bin/w"]}], version=254)
     (old,) = _plan([{"name": "w", "command": ["/bin/w"]}], version=253)
@@ -159,11 +153,11 @@ def test_plan_collects_paths_for_the_absolute_path_check():
                 "command": ["/bin/w"],
                 "working_directory": "/srv/shop",
                 "environment_files": ["/etc/shop/shop.env"],
-                "read_write_paths": ["data"],
+                "read_write_paths": ["/var/lib/shop/data"],
             }
         ]
     )
-    assert worker["paths"] == ["/bin/w", "/srv/shop", "/etc/shop/shop.env", "data"]
+    assert worker["paths"] == ["/bin/w", "/srv/shop", "/etc/shop/shop.env", "/var/lib/shop/data"]
 
 
 def test_plan_writes_a_relative_command_from_current():
@@ -274,3 +268,33 @@ def test_plan_passes_memory_limits_as_systemd_reads_them(declared, written):
 def test_plan_refuses_memory_limits_systemd_would_not_take(declared, message):
     with pytest.raises(UnitSpecError, match=message):
         _plan([dict(CELERY, **declared)])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"instances": -1}, r"sturdy_processes\[w\]\.instances=-1 is out of range: use 0 \(stop all\) to 64"),
+        ({"instances": 65}, r"instances=65 is out of range"),
+        ({"max_task_runtime": 100, "stop_timeout": 60},
+         r"sturdy_processes\[w\]\.stop_timeout=60s is shorter than max_task_runtime \(100s\) \+ "
+         r"sturdy_worker_stop_margin \(30s\).*at least 130"),
+        ({"restart_sec": 0}, r"sturdy_processes\[w\] restart timing is unusable \(restart_sec=0,"),
+        ({"restart_sec": 10, "restart_max_delay": 5}, r"restart timing is unusable"),
+        ({"start_limit_burst": 0}, r"restart timing is unusable"),
+        ({"command": ["/home/shop/bin/w"]}, r'sturdy_processes\[w\] uses "/home/shop/bin/w".*outside /home'),
+        ({"read_write_paths": ["/run/user/1000"]}, r'uses "/run/user/1000"'),
+        ({"working_directory": "/srv/my shop"}, r'uses "/srv/my shop".*no spaces'),
+        ({"environment_files": ["relative.env"]}, r'uses "relative.env".*must be absolute'),
+    ],
+)
+def test_plan_refuses_what_no_host_could_run_naming_the_option_and_the_fix(change, message):
+    with pytest.raises(UnitSpecError, match=message):
+        _plan([{"name": "w", "command": ["/bin/w"], **change}], defaults=dict(DEFAULTS, max_instances=64))
+
+
+def test_plan_takes_the_edges_of_what_it_allows():
+    (zero, most) = _plan([{"name": "w", "command": ["/bin/w"], "instances": 0},
+                          {"name": "x", "command": ["/bin/x"], "instances": 64, "max_task_runtime": 100,
+                           "stop_timeout": 130, "restart_sec": 5, "restart_max_delay": 5, "restart_steps": 0}],
+                         defaults=dict(DEFAULTS, max_instances=64))
+    assert zero["units"] == [] and len(most["units"]) == 64 and "max_instances" not in most
