@@ -165,6 +165,29 @@ def rate_per_instance(name: str, rate_limit: Any, fleet: list[list[dict[str, Any
     return float(f"{rate / max(total, 1):.4g}")
 
 
+# celery's global options that take a value (`celery -A proj worker`: proj is not the subcommand).
+_CELERY_VALUED_OPTIONS = ("-A", "--app", "-b", "--broker", "--result-backend", "--loader", "--config", "--workdir")
+
+
+def node_name_option(proc: dict[str, Any]) -> str:
+    """` --hostname=<process>%i@%H` for a Celery worker that `celery` itself starts without a node name, so that two
+    instances on one host are two nodes (`worker1@host`, `worker2@host`) and not one name twice, which Celery warns
+    about and its remote control cannot tell apart. systemd fills in %i (the instance) and %H (the host name); the
+    declared arguments cannot carry them, as every % in them is kept literally. A node name given (-n, --hostname) is
+    kept; a wrapper script names its node itself."""
+    argv = [str(a) for a in proc["command"]]
+    program = argv[0].rsplit("/", 1)[-1]
+    if program.startswith("python") and argv[1:3] == ["-m", "celery"]:
+        program, argv = "celery", argv[2:]
+    # The subcommand: the first argument that is neither an option nor the value of one of celery's own.
+    words = [a for before, a in zip(["", *argv[1:]], argv[1:])
+             if not a.startswith("-") and before not in _CELERY_VALUED_OPTIONS]
+    named = any(a in ("-n", "--hostname") or a.startswith(("--hostname=", "-n")) for a in argv[1:])
+    if proc.get("adapter") != "celery" or program != "celery" or words[:1] != ["worker"] or named:
+        return ""
+    return f" --hostname={proc['name']}%i@%H"
+
+
 # Keys of the defaults that steer the plan and are not options of a process type.
 _NOT_PROCESS_OPTIONS = ("stop_margin", "singleton_here", "fleet", "max_instances")
 # What a path in a unit may look like here: absolute, nothing systemd or the shell would read specially.
@@ -240,7 +263,7 @@ def plan_processes(
         proc["start_timeout"] = int(proc.get("start_timeout") or 90)
         proc["readiness_http"] = (proc.get("readiness") or {}).get("http")
         try:
-            proc["exec_start"] = exec_line(proc["command"])
+            proc["exec_start"] = exec_line(proc["command"]) + node_name_option(proc)
         except UnitSpecError as exc:
             raise UnitSpecError(f"{where}.command: {exc}") from exc
         try:

@@ -298,3 +298,27 @@ def test_plan_takes_the_edges_of_what_it_allows():
                            "stop_timeout": 130, "restart_sec": 5, "restart_max_delay": 5, "restart_steps": 0}],
                          defaults=dict(DEFAULTS, max_instances=64))
     assert zero["units"] == [] and len(most["units"]) == 64 and "max_instances" not in most
+
+
+@pytest.mark.parametrize(
+    ("command", "adapter", "tail"),
+    [
+        (["venv/bin/celery", "-A", "reports.tasks", "worker", "-Q", "reports"], "celery",
+         "worker -Q reports --hostname=w%i@%H"),
+        (["/usr/bin/python3", "-m", "celery", "-A", "r", "worker"], "celery", "worker --hostname=w%i@%H"),
+        # A node name given is kept, in every spelling.
+        (["venv/bin/celery", "-A", "r", "worker", "-n", "w@%h"], "celery", "worker -n w@%%h"),
+        (["venv/bin/celery", "-A", "r", "worker", "--hostname=x@%h"], "celery", "worker --hostname=x@%%h"),
+        (["venv/bin/celery", "-A", "r", "worker", "-nx@%h"], "celery", "worker -nx@%%h"),
+        # A wrapper names its node itself; beat is not a worker; other adapters run other programs.
+        (["bin/shop-worker", "-Q", "default"], "celery", "bin/shop-worker -Q default"),
+        (["venv/bin/celery", "-A", "r", "beat"], "celery", "-A r beat"),
+        (["venv/bin/celery", "-A", "worker", "beat"], "celery", "-A worker beat"),
+        (["venv/bin/celery", "--app=r", "--workdir", "/srv/r/current", "worker"], "celery",
+         "worker --hostname=w%i@%H"),
+        (["venv/bin/celery", "-A", "r", "worker"], "none", "-A r worker"),
+    ],
+)
+def test_a_celery_worker_started_by_celery_gets_a_node_name_per_instance(command, adapter, tail):
+    (worker,) = _plan([{"name": "w", "command": command, "adapter": adapter, "celery_app": "r"}])
+    assert worker["exec_start"].endswith(tail), worker["exec_start"]
