@@ -15,9 +15,10 @@ if [ ! -e "$root/.sturdy-recipe-$recipe" ]; then
   rm -rf "$root"
   mkdir -p "$(dirname "$root")"
   # python3 for Ansible, python3-apt for the apt module, sudo for become, iproute2 for `ss` (testinfra
-  # sockets), procps for ps, ca-certificates for HTTPS, dbus for systemctl on a booted system.
+  # sockets), procps for ps, ca-certificates for HTTPS, dbus for systemctl on a booted system, openssh-server
+  # for the tests that reach the hosts as a user's inventory does (keys are added at test time).
   debootstrap --variant=minbase \
-    --include=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,procps,ca-certificates \
+    --include=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,iproute2,procps,ca-certificates,openssh-server \
     "$suite" "$root" "$mirror"
   cat > "$root/etc/apt/sources.list" <<SRC
 deb $mirror $suite main

@@ -81,16 +81,46 @@ def readme_command(playbook: str, build: str = "", having: str = "") -> list[str
     raise AssertionError(f"README.md shows no ansible-playbook sturdy.workers.{playbook} command {having}")
 
 
+def ssh_key() -> Path:
+    """The scenario's SSH key (made once), authorized for root on every app host."""
+    key = EPHEMERAL / "ssh" / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(mode=0o700, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sturdy-deploy-tests", "-f", str(key)],
+                       check=True)
+    pub = key.with_suffix(".pub").read_text()
+    for name in APPS:
+        subprocess.run(["podman", "exec", "-i", name, "sh", "-c",
+                        "install -d -m 0700 /root/.ssh && cat > /root/.ssh/authorized_keys"],
+                       input=pub, text=True, check=True)
+    return key
+
+
+def address(name: str) -> str:
+    """The host's address on the scenario's network, which the controller reaches (rootful podman, a bridge)."""
+    return subprocess.run(["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                           name], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def readme_dir() -> Path:
     """A directory as the README lays it out: its ansible.cfg, inventory.yml with the app hosts, the scenario's
-    group_vars and host_vars beside it. The stock strategy and connection."""
+    group_vars and host_vars beside it. Reached over SSH as real hosts are (the stock strategy and connection), with
+    the README's pipelining and a persistent master connection per host."""
     where = EPHEMERAL / "readme"
     where.mkdir(exist_ok=True)
-    # Written every time: a directory left by an earlier run of the scenario must not stand in for this one.
-    (where / "ansible.cfg").write_text("[connection]\npipelining = True\n")
+    key = ssh_key()
+    # Written every time: a directory left by an earlier run of the scenario must not stand in for this one, and a
+    # host that was stopped and started again may have a new address.
+    (where / "ansible.cfg").write_text(
+        "[connection]\npipelining = True\n[ssh_connection]\n"
+        "ssh_args = -o ControlMaster=auto -o ControlPersist=60s -o StrictHostKeyChecking=no"
+        " -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR\n")
+    hosts = {name: f"{{ansible_host: {address(name)}}}" for name in APPS}
     (where / "inventory.yml").write_text(
-        "all:\n  vars: {ansible_connection: containers.podman.podman}\n  children:\n"
-        "    workers: {hosts: {worker-bookworm: {}, worker-trixie: {}}}\n    web: {hosts: {web-trixie: {}}}\n")
+        f"all:\n  vars: {{ansible_user: root, ansible_ssh_private_key_file: {key}}}\n  children:\n"
+        f"    workers: {{hosts: {{worker-bookworm: {hosts['worker-bookworm']}, "
+        f"worker-trixie: {hosts['worker-trixie']}}}}}\n"
+        f"    web: {{hosts: {{web-trixie: {hosts['web-trixie']}}}}}\n")
     for name in ("group_vars", "host_vars"):
         (where / name).unlink(missing_ok=True)
         (where / name).symlink_to(SCENARIO_DIR / "inventory" / name)
