@@ -18,10 +18,12 @@ description:
     C(start_limit_burst) fast failures actually trip the start limit."
   - A stop timeout that was not declared is raised to C(max_task_runtime) plus the margin. A singleton process type
     gets no instance unless the defaults say C(singleton_here).
-  - Fails, naming the process type, the option and the fix, on what no host could run: an instance count outside
+  - "Fails, naming the process type, the option and the fix, on what no host could run: an instance count outside
     0..C(max_instances), a declared stop timeout shorter than C(max_task_runtime) plus the margin, restart timing
     systemd cannot use, a path that is relative, holds characters a unit would read specially, or lies where
-    C(ProtectHome=) hides it.
+    C(ProtectHome=) hides it."
+  - A Celery worker that C(celery) itself starts without a node name gets C(--hostname=<process>%i@%H) in its
+    C(exec_start), so each instance is a node of its own.
 options:
   _input:
     description: The C(processes) of the app plan.
