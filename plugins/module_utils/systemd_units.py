@@ -182,7 +182,7 @@ def node_name_option(proc: dict[str, Any]) -> str:
     # The subcommand: the first argument that is neither an option nor the value of one of celery's own.
     words = [a for before, a in zip(["", *argv[1:]], argv[1:])
              if not a.startswith("-") and before not in _CELERY_VALUED_OPTIONS]
-    named = any(a in ("-n", "--hostname") or a.startswith(("--hostname=", "-n")) for a in argv[1:])
+    named = any(a == "--hostname" or a.startswith(("--hostname=", "-n")) for a in argv[1:])
     if proc.get("adapter") != "celery" or program != "celery" or words[:1] != ["worker"] or named:
         return ""
     return f" --hostname={proc['name']}%i@%H"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -81,8 +82,10 @@ def readme_command(playbook: str, build: str = "", having: str = "") -> list[str
     raise AssertionError(f"README.md shows no ansible-playbook sturdy.workers.{playbook} command {having}")
 
 
+@functools.cache
 def ssh_key() -> Path:
-    """The scenario's SSH key (made once), authorized for root on every app host."""
+    """The scenario's SSH key (made once), authorized for root on every app host (once: a host stopped and started
+    again keeps its files)."""
     key = EPHEMERAL / "ssh" / "id_ed25519"
     if not key.exists():
         key.parent.mkdir(mode=0o700, exist_ok=True)
@@ -115,12 +118,11 @@ def readme_dir() -> Path:
         "[connection]\npipelining = True\n[ssh_connection]\n"
         "ssh_args = -o ControlMaster=auto -o ControlPersist=60s -o StrictHostKeyChecking=no"
         " -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR\n")
-    hosts = {name: f"{{ansible_host: {address(name)}}}" for name in APPS}
-    (where / "inventory.yml").write_text(
-        f"all:\n  vars: {{ansible_user: root, ansible_ssh_private_key_file: {key}}}\n  children:\n"
-        f"    workers: {{hosts: {{worker-bookworm: {hosts['worker-bookworm']}, "
-        f"worker-trixie: {hosts['worker-trixie']}}}}}\n"
-        f"    web: {{hosts: {{web-trixie: {hosts['web-trixie']}}}}}\n")
+    hosts = {name: {"ansible_host": address(name)} for name in APPS}
+    (where / "inventory.yml").write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(key)},
+        "children": {"workers": {"hosts": {name: hosts[name] for name in WORKERS}},
+                     "web": {"hosts": {"web-trixie": hosts["web-trixie"]}}}}}, sort_keys=False))
     for name in ("group_vars", "host_vars"):
         (where / name).unlink(missing_ok=True)
         (where / name).symlink_to(SCENARIO_DIR / "inventory" / name)
