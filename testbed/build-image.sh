@@ -25,6 +25,21 @@ deb $mirror $suite main
 deb $mirror $suite-updates main
 deb ${mirror%/debian}/debian-security $suite-security main
 SRC
+  # The services the scenarios run beside the app (brokers, Prometheus, node_exporter), installed here once instead
+  # of by every scenario's prepare (an apt-get update and the downloads per host and run), and disabled: a
+  # scenario's prepare enables and starts what its hosts need. Brokers run on bookworm hosts only.
+  case $suite in
+    bookworm) services="redis-server rabbitmq-server prometheus prometheus-node-exporter" ;;
+    *) services="prometheus-node-exporter" ;;
+  esac
+  mount -t proc proc "$root/proc"
+  trap 'umount "$root/proc" 2>/dev/null || true' EXIT
+  chroot "$root" apt-get update -qq
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -qq --no-install-recommends $services >/dev/null
+  for unit in $services; do chroot "$root" systemctl disable --quiet "$unit"; done
+  umount "$root/proc"
+  trap - EXIT
   chroot "$root" apt-get clean
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/log/*.log "$root"/var/cache/debconf/*-old
   # debootstrap bakes a fixed machine-id; an empty one gives each container its own.

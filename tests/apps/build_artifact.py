@@ -27,6 +27,7 @@ import hashlib
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -81,8 +82,19 @@ def build_app_wheel(build_id: str, variant: str, dest: Path) -> Path:
     return path
 
 
-def download_dependencies(dest: Path) -> None:
-    """Every dependency as a pure-Python wheel, for each Python the hosts run (markers differ)."""
+def download_dependencies(dest: Path, cache: Path | None) -> None:
+    """Every dependency as a pure-Python wheel, for each Python the hosts run (markers differ). With a cache, the
+    wheels of these requirements are downloaded once and copied from there."""
+    requirements = (HERE / "requirements.txt").read_bytes()
+    if cache:
+        kept = cache / ("deps-" + hashlib.sha256(requirements + repr(PYTHONS).encode()).hexdigest()[:16])
+        if not kept.is_dir():
+            tmp = _fresh(kept)
+            download_dependencies(tmp, None)
+            _keep(tmp, kept)
+        for wheel in kept.iterdir():
+            shutil.copyfile(wheel, dest / wheel.name)
+        return
     for version in PYTHONS:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
@@ -90,6 +102,28 @@ def download_dependencies(dest: Path) -> None:
              "--python-version", version, "--dest", str(dest), "-r", str(HERE / "requirements.txt")],
             check=True,
         )
+
+
+def _fresh(final: Path) -> Path:
+    """A new directory beside `final`, to be renamed to it by _keep once complete (scenarios build side by side)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+
+
+def _keep(tmp: Path, final: Path) -> None:
+    try:
+        tmp.rename(final)
+    except OSError:  # another build kept the same content first
+        shutil.rmtree(tmp)
+
+
+def source_key(build_id: str, variant: str, commit: str) -> str:
+    """What an artifact's bytes depend on: this builder, the app's files, and the arguments."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for path in sorted(p for p in HERE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(HERE)).encode() + b"\0" + path.read_bytes())
+    digest.update(json.dumps([build_id, variant, commit, PYTHONS]).encode())
+    return digest.hexdigest()[:16]
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
@@ -100,14 +134,25 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
     tar.addfile(entry, io.BytesIO(data))
 
 
-def build(build_id: str, variant: str, commit: str, out: Path) -> Path:
+def build(build_id: str, variant: str, commit: str, out: Path, cache: Path | None = None, keep: bool = True) -> Path:
     if not re.fullmatch(r"[A-Za-z0-9._+-]{1,128}", build_id):
         raise SystemExit(f"--build-id {build_id!r}: use letters, digits and . _ + - (for example 2026.11.29-1)")
     out.mkdir(parents=True, exist_ok=True)
+    name = f"shop-{build_id}.tar.gz"
+    if cache and keep:
+        # The same inputs give the same bytes: an artifact built before (by another scenario) is that artifact.
+        kept = cache / source_key(build_id, variant, commit)
+        if not (kept / name).is_file():
+            tmp = _fresh(kept)
+            build(build_id, variant, commit, tmp, cache, keep=False)
+            _keep(tmp, kept)
+        for each in (name, f"{name}.sha256"):
+            shutil.copyfile(kept / each, out / each)
+        return out / name
     with tempfile.TemporaryDirectory() as tmp:
         wheelhouse = Path(tmp) / "wheelhouse"
         wheelhouse.mkdir()
-        download_dependencies(wheelhouse)
+        download_dependencies(wheelhouse, cache)
         build_app_wheel(build_id, variant, wheelhouse)
         wheels = {w.name: hashlib.sha256(w.read_bytes()).hexdigest() for w in sorted(wheelhouse.iterdir())}
         commands = {"worker": "bin/shop-worker", "web": "bin/shop-web", "migrate": "bin/shop-migrate"}
@@ -142,8 +187,9 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", choices=VARIANTS, default="normal")
     parser.add_argument("--commit", default="")
     parser.add_argument("--out", type=Path, default=Path("dist"))
+    parser.add_argument("--cache", type=Path, help="keep artifacts and dependency wheels here, keyed by their inputs")
     args = parser.parse_args(argv)
-    artifact = build(args.build_id, args.variant, args.commit, args.out)
+    artifact = build(args.build_id, args.variant, args.commit, args.out, args.cache)
     print(artifact)
     return 0
 

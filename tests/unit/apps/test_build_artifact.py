@@ -86,3 +86,17 @@ def test_wheelhouse_installs_offline(normal, tmp_path):
 def test_bad_build_id_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="--build-id"):
         build_artifact.build("v1; rm -rf /", "normal", "", tmp_path)
+
+
+def test_a_cached_artifact_is_the_artifact_and_other_inputs_are_built_anew(normal, tmp_path):
+    cache = tmp_path / "cache"
+    first = build_artifact.build("2026.11.29-1", "normal", "abc123", tmp_path / "one", cache)
+    again = build_artifact.build("2026.11.29-1", "normal", "abc123", tmp_path / "two", cache)
+    assert first.read_bytes() == again.read_bytes() == normal.read_bytes()
+    assert Path(f"{again}.sha256").read_text() == Path(f"{normal}.sha256").read_text()
+    # Another variant of the same build ID is another artifact, not the cached one.
+    other = build_artifact.build("2026.11.29-1", "migration-v2", "abc123", tmp_path / "three", cache)
+    assert "SCHEMA_TARGET = 2" in baked(other)
+    # One directory per artifact and one for the dependency wheels, nothing half-written left behind.
+    kept = sorted(p.name for p in cache.iterdir())
+    assert len(kept) == 3 and sum(name.startswith("deps-") for name in kept) == 1, kept
