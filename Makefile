@@ -96,7 +96,7 @@ unit: venv promtool collection-copy
 ## molecule: every scenario, both platforms, in two lanes side by side (SCENARIOS=x runs only x)
 # The hosts mostly wait (restarts, stop timeouts, smoke jobs, task streams): the longest scenario runs beside the
 # others. Every scenario has its own hosts and network.
-MOLECULE_LANES ?= deploy:release worker rabbitmq
+MOLECULE_LANES ?= deploy:release worker rabbitmq ownapp
 # Molecule finds the collection through this link to the checkout (its prerun is off: see .config/molecule).
 MOLECULE_COLLECTIONS := $(CURDIR)/.build/molecule-collections
 molecule-collections:

@@ -1,0 +1,88 @@
+"""The README's "Deploy your own app", laid out and run as written: its files from the README's blocks, the ledger app
+beside them, its commands with none of molecule's ANSIBLE_* settings (the collection as installed)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
+from testhosts import host, recaps, said, wait_for  # noqa: E402,F401  # pylint: disable=unused-import
+
+ROOT = Path(__file__).resolve().parents[3]
+README = ROOT / "README.md"
+EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
+WALK = EPHEMERAL / "walkthrough"
+# The README's inventory names, and the scenario's hosts that stand for them.
+HOSTS = {"app1.example.com": "ownapp-bookworm", "app2.example.com": "ownapp-trixie"}
+
+
+def pytest_itemcollected(item):
+    # One sequence: each command of the walkthrough acts on every host.
+    item.add_marker(pytest.mark.xdist_group("ownapp"))
+
+
+def walkthrough() -> tuple[dict[str, str], list[str]]:
+    """The README section's files ({path under deploy/: text}) and its commands, in order."""
+    text = README.read_text()
+    section = text.split("## Deploy your own app\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    files, commands = {}, []
+    for lang, body in re.findall(r"```(\w+)\n(.*?)```", section, re.S):
+        first = body.splitlines()[0]
+        if lang == "yaml":
+            match = re.match(r"# deploy/(\S+)", first)
+            assert match, f"a yaml block of the walkthrough does not say which file it is: {first}"
+            files[match.group(1)] = body
+        elif lang == "sh":
+            commands += [line for line in body.splitlines() if line.startswith("ansible-playbook ")]
+    return files, commands
+
+
+def command(playbook: str, build: str = "") -> list[str]:
+    """The walkthrough's command for sturdy.workers.<playbook> (for a build, the one with that build ID)."""
+    for line in walkthrough()[1]:
+        argv = shlex.split(line, comments=True)
+        if argv[1] == f"sturdy.workers.{playbook}" and (not build or f"sturdy_build_id={build}" in argv):
+            return argv
+    raise AssertionError(f"the README's walkthrough shows no sturdy.workers.{playbook} {build}")
+
+
+def lay_out() -> Path:
+    """deploy/ with the README's files, the ledger project as ../ledger, and how Ansible reaches the hosts (the one
+    thing the README leaves to the user: here podman's connection instead of SSH)."""
+    shutil.rmtree(WALK, ignore_errors=True)
+    deploy = WALK / "deploy"
+    for path, body in walkthrough()[0].items():
+        (deploy / path).parent.mkdir(parents=True, exist_ok=True)
+        (deploy / path).write_text(body)
+    shutil.copytree(ROOT / "tests" / "apps" / "ledger", WALK / "ledger",
+                    ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    (deploy / "host_vars").mkdir()
+    for name, container in HOSTS.items():
+        (deploy / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump(
+            {"ansible_connection": "containers.podman.podman", "ansible_host": container}))
+    installed = WALK / "collections"
+    (installed / "ansible_collections" / "sturdy").mkdir(parents=True)
+    (installed / "ansible_collections" / "sturdy" / "workers").symlink_to(ROOT)
+    return deploy
+
+
+def run(argv: list[str]) -> subprocess.CompletedProcess:
+    """`argv` from deploy/, with none of molecule's ANSIBLE_* settings (the stock strategy and configuration)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    # PWD as a shell sets it on `cd deploy`: the deploy report is written there.
+    env.update(ANSIBLE_COLLECTIONS_PATH=str(WALK / "collections"), ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log"),
+               ANSIBLE_NOCOLOR="1", PWD=str(WALK / "deploy"))
+    return subprocess.run(argv, cwd=WALK / "deploy", capture_output=True, text=True, timeout=900, check=False, env=env)
+
+
+def vault() -> dict:
+    return yaml.safe_load(walkthrough()[0]["group_vars/all/vault.yml"])

@@ -1,0 +1,95 @@
+"""The README's "Deploy your own app", run as written on a user's own app (the ledger app, not the demo): build,
+deploy, status, a second build, rollback; on bookworm and trixie, Redis on its own host. The tests run in order."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+from conftest import HOSTS, WALK, command, host, lay_out, run, said, vault
+
+B1, B2 = "2026.12.03-1", "2026.12.03-2"
+UNITS = ["ledger-worker@1.service", "ledger-worker@2.service"]
+SECRET = "s3cret"
+
+
+def artifact(build: str) -> Path:
+    return Path(f"/var/tmp/builds/ledger-{build}.tar.gz")
+
+
+def current(name: str) -> str:
+    return host(name).check_output("readlink /srv/ledger/current").rsplit("/", 1)[-1]
+
+
+def release_of(name: str, unit: str) -> str:
+    h = host(name)
+    return h.check_output(f"readlink /proc/{h.check_output(f'systemctl show -P MainPID {unit}')}/cwd").rsplit("/", 1)[-1]
+
+
+def in_release(name: str, argv: str) -> str:
+    """`argv` in the current release on host `name`, with the broker URL of the README's vault (the hosts name the
+    broker redis.internal)."""
+    url = shlex.quote(vault()["vault_ledger_broker_url"])
+    return host(name).check_output(f"cd /srv/ledger/current && LEDGER_BROKER_URL={url} {argv}")
+
+
+def succeeded(result: subprocess.CompletedProcess) -> None:
+    assert result.returncode == 0, said(result)[-3000:]
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_build_1_is_built_deployed_and_each_instance_is_its_own_celery_node():
+    lay_out()
+    for build in (B1, B2):
+        for path in (artifact(build), Path(f"{artifact(build)}.sha256")):
+            path.unlink(missing_ok=True)
+    built = run(command("build", B1))
+    succeeded(built)
+    assert f"ledger-{B1}.tar.gz" in said(built) and "ledger-app==2.3.0" in said(built), said(built)[-2000:]
+    assert artifact(B1).is_file() and Path(f"{artifact(B1)}.sha256").read_text().endswith(f"ledger-{B1}.tar.gz\n")
+    succeeded(run(command("deploy", B1)))
+    report = json.loads((WALK / "deploy" / "deploy-report-ledger.json").read_text())
+    assert (report["result"], report["build_id"]) == ("success", B1), report["message"]
+    for name, container in HOSTS.items():
+        assert current(container) == B1
+        for unit in UNITS:
+            assert report["hosts"][name]["instances"][unit]["smoke_build"] == B1
+            assert release_of(container, unit) == B1
+    # Two instances per host, four Celery nodes: no node name is shared (Celery warns and mixes up replies then).
+    ping = json.loads(in_release("ownapp-bookworm", "venv/bin/celery -A ledger.worker inspect ping --json --timeout 5"))
+    assert sorted(ping) == sorted(f"worker{n}@{c}" for c in HOSTS.values() for n in (1, 2)), ping
+    # The project's console script, as the builder's launcher in bin/, posts an entry that a worker runs.
+    answer = json.loads(in_release("ownapp-trixie", "bin/ledger-post acct-7 250").splitlines()[-1])
+    assert answer["account"] == "acct-7" and answer["cents"] == 250 and answer["host"] in HOSTS.values(), answer
+
+
+def test_status_shows_every_instance_on_build_1():
+    result = run(command("status"))
+    succeeded(result)
+    for name in HOSTS:
+        for unit in UNITS:
+            assert f"{name}  {unit}  active" in result.stdout, result.stdout[-3000:]
+    assert "OK, no problems" in result.stdout and B1 in result.stdout
+
+
+def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1():
+    succeeded(run(command("build", B2)))
+    succeeded(run(command("deploy", B2)))
+    assert {current(c) for c in HOSTS.values()} == {B2}
+    assert {release_of(c, u) for c in HOSTS.values() for u in UNITS} == {B2}
+    succeeded(run(command("rollback")))
+    assert {current(c) for c in HOSTS.values()} == {B1}
+    assert {release_of(c, u) for c in HOSTS.values() for u in UNITS} == {B1}
+    answer = json.loads(in_release("ownapp-bookworm", "bin/ledger-post acct-8 1").splitlines()[-1])
+    assert answer["cents"] == 1
+
+
+def test_the_broker_password_is_in_no_log_unit_or_systemctl_show():
+    log = (WALK.parent / "ansible.log").read_text(errors="replace")
+    assert "ledger" in log and SECRET not in log
+    for container in HOSTS.values():
+        h = host(container)
+        shown = h.check_output("systemctl cat 'ledger-*' ; systemctl show 'ledger-*'")
+        assert "ledger-worker@.service" in shown and SECRET not in shown

@@ -1,0 +1,1 @@
+"""Ledger entries posted by Celery workers."""
