@@ -24,12 +24,15 @@ import tempfile
 import zipfile
 from typing import Callable
 
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
-from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+try:  # ansible-core depends on packaging: it is on every controller, where the builder runs
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.tags import compatible_tags, cpython_tags
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+    PACKAGING_ERROR = ""
+except ImportError as exc:
+    PACKAGING_ERROR = str(exc)
 
 from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import APP_NAME, BUILD_ID
 
@@ -86,7 +89,7 @@ def expand_platforms(platforms: list[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def target_tags(python: str, platforms: list[str]) -> list[Tag]:
+def target_tags(python: str, platforms: list[str]) -> list:
     """The wheel tags CPython `python` on `platforms` installs, most specific first."""
     version = tuple(int(p) for p in python.split("."))
     expanded = expand_platforms(platforms)
@@ -111,13 +114,13 @@ class Wheelhouse:
 
     def __init__(self, path: str):
         self.path = path
-        self.wheels: dict[str, list[tuple[Version, frozenset, str]]] = {}
+        self.wheels: dict[str, list[tuple]] = {}
         for name in sorted(os.listdir(path)):
             if name.endswith(".whl"):
                 dist, version, dummy, tags = parse_wheel_filename(name)
                 self.wheels.setdefault(dist, []).append((version, tags, name))
 
-    def best(self, req: Requirement, tags: list[Tag]) -> str | None:
+    def best(self, req, tags: list) -> str | None:
         """The newest wheel that satisfies `req` and installs with `tags`."""
         wanted = set(tags)
         fits = [(v, n) for v, t, n in self.wheels.get(canonicalize_name(req.name), [])
@@ -347,7 +350,12 @@ def write(dest: str, app: str, build_id: str, files: dict[str, tuple[bytes, int]
         else:
             shutil.move(fresh, path)
     line = f"{digest}  {os.path.basename(path)}\n"
-    if not os.path.isfile(f"{path}.sha256") or open(f"{path}.sha256", encoding="utf-8").read() != line:
+    try:
+        with open(f"{path}.sha256", encoding="utf-8") as fh:
+            published = fh.read()
+    except FileNotFoundError:
+        published = ""
+    if published != line:
         with open(f"{path}.sha256", "w", encoding="utf-8") as fh:
             fh.write(line)
         changed = True

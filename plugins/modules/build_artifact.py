@@ -116,11 +116,8 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible_collections.sturdy.workers.plugins.module_utils.artifact_build import BuildError, build, write
-    HAS_PACKAGING, IMPORT_ERROR = True, ""
-except ImportError as exc:  # packaging: ansible-core depends on it, but the module may run elsewhere
-    HAS_PACKAGING, IMPORT_ERROR = False, str(exc)
+from ansible_collections.sturdy.workers.plugins.module_utils.artifact_build import PACKAGING_ERROR, BuildError
+from ansible_collections.sturdy.workers.plugins.module_utils.artifact_build import build, write
 
 
 def main():
@@ -141,9 +138,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if not HAS_PACKAGING:
+    if PACKAGING_ERROR:
         module.fail_json(msg=f"build_artifact runs on the controller, where ansible-core brings Python's packaging "
-                             f"library; this Python lacks it ({IMPORT_ERROR}). Run it with delegate_to: localhost")
+                             f"library; this Python lacks it ({PACKAGING_ERROR}). Run it with delegate_to: localhost")
     path = os.path.join(p["dest"], f"{p['app']}-{p['build_id']}.tar.gz")
     if module.check_mode:
         module.exit_json(changed=not os.path.exists(path), path=path, sha256=None, manifest=None)

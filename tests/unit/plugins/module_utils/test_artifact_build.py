@@ -25,8 +25,8 @@ PIP = [sys.executable, "-m", "pip"]
 def wheel(where: Path, name: str, version: str, requires=(), tag="py3-none-any", mtime=(2020, 1, 1, 0, 0, 0)):
     dist = name.replace("-", "_")
     path = where / f"{dist}-{version}-{tag}.whl"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n"
-                                                                                    for r in requires)
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
     with zipfile.ZipFile(path, "w") as whl:
         whl.writestr(zipfile.ZipInfo(f"{dist}/__init__.py", mtime), "")
         whl.writestr(zipfile.ZipInfo(f"{dist}-{version}.dist-info/METADATA", mtime), meta)
