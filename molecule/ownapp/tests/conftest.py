@@ -1,5 +1,6 @@
 """The README's "Deploy your own app", laid out and run as written: its files from the README's blocks, the ledger app
-beside them, its commands with none of molecule's ANSIBLE_* settings (the collection as installed)."""
+beside them, its commands with none of molecule's ANSIBLE_* settings, from the collection built and installed as users
+install it (ansible-galaxy collection build, then install from the tarball)."""
 
 from __future__ import annotations
 
@@ -69,9 +70,22 @@ def lay_out() -> Path:
     for name, container in HOSTS.items():
         (deploy / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump(
             {"ansible_connection": "containers.podman.podman", "ansible_host": container}))
-    installed = WALK / "collections"
-    (installed / "ansible_collections" / "sturdy").mkdir(parents=True)
-    (installed / "ansible_collections" / "sturdy" / "workers").symlink_to(ROOT)
+    # The collection as users install it: built by ansible-galaxy (galaxy.yml's build_ignore), installed from the
+    # tarball into an empty collections path.
+    built = subprocess.run(["ansible-galaxy", "collection", "build", str(ROOT), "--output-path", str(WALK / "dist")],
+                           capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stdout + built.stderr
+    tarball = next((WALK / "dist").glob("sturdy-workers-*.tar.gz"))
+    names = subprocess.run(["tar", "tzf", str(tarball)], capture_output=True, text=True, check=True).stdout.split()
+    assert not [n for n in names if n.split("/")[0] in ("tests", "molecule", "testbed", ".venv", ".build", ".ansible")
+                or "__pycache__" in n], names
+    print(f"collection tarball {tarball.name}: {tarball.stat().st_size} bytes, {len(names)} entries")
+    # --force: an install elsewhere of the same version (the checkout molecule links) would make it do nothing.
+    installed = subprocess.run(["ansible-galaxy", "collection", "install", "--force", str(tarball), "-p",
+                                str(WALK / "collections")], capture_output=True, text=True, check=False,
+                               env={k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")})
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert (WALK / "collections" / "ansible_collections" / "sturdy" / "workers" / "MANIFEST.json").is_file()
     return deploy
 
 
