@@ -50,8 +50,8 @@ options:
     description:
       - The hosts' platform as wheel tags; C(manylinux_2_36_x86_64) means glibc 2.36 or newer (Debian 12 and 13) and
         takes manylinux wheels of any older glibc too.
-      - Use C(manylinux_2_28_x86_64) for hosts as old as RHEL 8 or Ubuntu 20.04 (glibc 2.31 takes C(manylinux_2_31)),
-        C(manylinux_2_36_aarch64) for ARM hosts.
+      - Name the oldest glibc among the hosts, e.g. C(manylinux_2_28_x86_64) for RHEL 8 (glibc 2.28),
+        C(manylinux_2_31_x86_64) for Ubuntu 20.04, C(manylinux_2_36_aarch64) for Debian 12 on ARM.
     type: list
     elements: str
     default: [manylinux_2_36_x86_64]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
-from testhosts import host, recaps, said, wait_for  # noqa: E402,F401  # pylint: disable=unused-import
+from testhosts import host, said  # noqa: E402,F401  # pylint: disable=unused-import
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
