@@ -24,3 +24,12 @@ app.conf.update(
 def post_entry(account: str, cents: int) -> dict:
     """Post one entry; answers which worker did it."""
     return {"account": account, "cents": cents, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+@app.task(name="ledger.reconcile")
+def reconcile(account: str, seconds: float) -> dict:
+    """A long task: reconciles an account for `seconds` (a deploy must wait for it, not lose it)."""
+    import time  # pylint: disable=import-outside-toplevel
+
+    time.sleep(seconds)
+    return {"account": account, "seconds": seconds, "host": socket.gethostname(), "pid": os.getpid()}
