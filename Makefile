@@ -88,6 +88,9 @@ sanity: $(SANITY_VENV)/.installed collection-copy
 	  for f in plugins/filter/*.py; do ansible-doc -t filter sturdy.workers.$$(basename $$f .py) >/dev/null; done; \
 	  for f in plugins/lookup/*.py; do ansible-doc -t lookup sturdy.workers.$$(basename $$f .py) >/dev/null; done; \
 	  for r in roles/*/; do ansible-doc -t role sturdy.workers.$$(basename $$r) >/dev/null; done
+	# The execution environment: ansible-builder accepts the definition and finds the collection's requirements.
+	ansible-builder create -f execution-environment.yml -c .build/ee >/dev/null
+	ansible-builder introspect --sanitize .build | tee /dev/stderr | grep -q '^- .packaging>=22  # from collection sturdy.workers'
 
 ## unit: pytest for plugins and module_utils
 unit: venv promtool collection-copy

@@ -11,7 +11,8 @@ from pathlib import Path
 from conftest import HOSTS, WALK, command, host, lay_out, run, said, vault
 
 B1, B2 = "2026.12.03-1", "2026.12.03-2"
-UNITS = ["ledger-worker@1.service", "ledger-worker@2.service"]
+UNITS = ["ledger-worker@1.service", "ledger-worker@2.service", "ledger-sweeper@1.service"]
+BEAT = "ledger-beat@1.service"
 SECRET = "s3cret"
 
 
@@ -40,6 +41,17 @@ def succeeded(result: subprocess.CompletedProcess) -> None:
     assert SECRET not in result.stdout + result.stderr
 
 
+def beat_hosts() -> list[str]:
+    """The hosts whose beat (the singleton) is active."""
+    return [c for c in HOSTS.values() if host(c).run(f"systemctl is-active --quiet {BEAT}").rc == 0]
+
+
+def inventory(*names: str) -> None:
+    """deploy/inventory.yml as the user edits it: these hosts, in this order."""
+    (WALK / "deploy" / "inventory.yml").write_text(
+        "all:\n  children:\n    workers:\n      hosts:\n" + "".join(f"        {n}: {{}}\n" for n in names))
+
+
 def test_build_1_is_built_deployed_and_each_instance_is_its_own_celery_node():
     lay_out()
     for build in (B1, B2):
@@ -60,6 +72,16 @@ def test_build_1_is_built_deployed_and_each_instance_is_its_own_celery_node():
     # Two instances per host, four Celery nodes: no node name is shared (Celery warns and mixes up replies then).
     ping = json.loads(in_release("ownapp-bookworm", "venv/bin/celery -A ledger.worker inspect ping --json --timeout 5"))
     assert sorted(ping) == sorted(f"worker{n}@{c}" for c in HOSTS.values() for n in (1, 2)), ping
+    # Beat on the first host of the inventory only, and its ticks reach the workers.
+    assert beat_hosts() == ["ownapp-bookworm"]
+    assert release_of("ownapp-bookworm", BEAT) == B1
+    ticks = in_release("ownapp-trixie", "venv/bin/python -c 'import ledger.worker as w; print(w.tick())'")
+    assert int(ticks.splitlines()[-1]) > 1, ticks
+    # The sweeper is not Celery: its own smoke command proved each instance and its list.
+    for name in HOSTS:
+        assert report["hosts"][name]["instances"]["ledger-sweeper@1.service"]["smoke_build"] == B1
+    swept = json.loads(in_release("ownapp-trixie", "bin/ledger-sweep acct-9").splitlines()[-1])
+    assert swept["account"] == "acct-9" and swept["build_id"] == B1 and swept["unit"] == "ledger-sweeper@1.service"
     # The project's console script, as the builder's launcher in bin/, posts an entry that a worker runs.
     answer = json.loads(in_release("ownapp-trixie", "bin/ledger-post acct-7 250").splitlines()[-1])
     assert answer["account"] == "acct-7" and answer["cents"] == 250 and answer["host"] in HOSTS.values(), answer
@@ -72,6 +94,7 @@ def test_status_shows_every_instance_on_build_1():
         for unit in UNITS:
             assert f"{name}  {unit}  active" in result.stdout, result.stdout[-3000:]
     assert "OK, no problems" in result.stdout and B1 in result.stdout
+    assert f"app1.example.com  {BEAT}  active" in result.stdout and f"app2.example.com  {BEAT}" not in result.stdout
 
 
 def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1():
@@ -84,6 +107,27 @@ def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1(
     assert {release_of(c, u) for c in HOSTS.values() for u in UNITS} == {B1}
     answer = json.loads(in_release("ownapp-bookworm", "bin/ledger-post acct-8 1").splitlines()[-1])
     assert answer["cents"] == 1
+    # One beat through both deploys and the rollback, on build 1 again.
+    assert beat_hosts() == ["ownapp-bookworm"] and release_of("ownapp-bookworm", BEAT) == B1
+
+
+def test_beat_stays_one_under_a_limit_moves_with_the_inventory_and_survives_its_host_leaving():
+    # A deploy limited to app2 leaves beat where it is: app2 is not its host, whatever the play holds.
+    succeeded(run(command("deploy", B1) + ["--limit", "app2.example.com"]))
+    assert beat_hosts() == ["ownapp-bookworm"]
+    # app2 first in the inventory: beat moves, stopped on app1 before it starts on app2.
+    inventory("app2.example.com", "app1.example.com")
+    moved = run(command("deploy", B1))
+    succeeded(moved)
+    assert "now run on app2.example.com" in moved.stdout and "stopped first on app1.example.com" in moved.stdout, \
+        moved.stdout[-3000:]
+    assert beat_hosts() == ["ownapp-trixie"]
+    assert host("ownapp-bookworm").run(f"systemctl is-enabled --quiet {BEAT}").rc != 0
+    # app2 retired as the README says (its app stopped) and taken out of the inventory: beat comes back to app1.
+    host("ownapp-trixie").check_output("systemctl disable --now ledger.target")
+    inventory("app1.example.com")
+    succeeded(run(command("deploy", B1)))
+    assert beat_hosts() == ["ownapp-bookworm"] and release_of("ownapp-bookworm", BEAT) == B1
 
 
 def test_the_broker_password_is_in_no_log_unit_or_systemctl_show():

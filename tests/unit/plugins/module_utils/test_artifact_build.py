@@ -138,7 +138,8 @@ def test_the_ledger_app_builds_into_the_documented_format(ledger):
     manifest = built["manifest"]
     assert (manifest["format"], manifest["app"], manifest["build_id"], manifest["commit"]) == (
         1, "ledger", "2026.12.03-1", "abc")
-    assert manifest["install"] == ["ledger-app==2.3.0"] and manifest["commands"] == {"ledger-post": "bin/ledger-post"}
+    assert manifest["install"] == ["ledger-app==2.3.0"] and manifest["commands"] == {
+        name: f"bin/{name}" for name in ("ledger-post", "ledger-sweep", "ledger-sweeper", "ledger-sweeper-smoke")}
     with tarfile.open(done["path"]) as tar:
         names = tar.getnames()
         assert json.loads(tar.extractfile("MANIFEST.json").read()) == manifest

@@ -17,6 +17,8 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
     result_expires=600,
+    # Celery beat (the ledger-beat singleton) sends ledger.tick every 5 seconds.
+    beat_schedule={"ledger-tick": {"task": "ledger.tick", "schedule": 5.0}},
 )
 
 
@@ -33,3 +35,11 @@ def reconcile(account: str, seconds: float) -> dict:
 
     time.sleep(seconds)
     return {"account": account, "seconds": seconds, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+@app.task(name="ledger.tick")
+def tick() -> int:
+    """Sent by beat: counts in ledger:ticks, so a test sees that exactly one scheduler runs."""
+    import redis  # pylint: disable=import-outside-toplevel
+
+    return redis.Redis.from_url(app.conf.broker_url).incr("ledger:ticks")
