@@ -61,7 +61,7 @@ class CeleryAdapter:
 
 class CommandAdapter:
     """Your own smoke commands: one run per queue, with STURDY_SMOKE_QUEUE and STURDY_SMOKE_TIMEOUT set; it prints
-    the answer as one JSON object (at least build_id, host, unit and pid) and exits 0."""
+    the answer as one JSON object (at least build_id, host, unit, pid and release) and exits 0."""
 
     name = "command"
 

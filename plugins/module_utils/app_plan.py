@@ -166,6 +166,18 @@ def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str
     }
 
 
+def smoke_processes(procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The process types a smoke job can prove (an adapter), each with `real_queues`: its declared queues that no
+    earlier one declares, so each real queue is smoke-tested once, through the adapter of a process type that
+    consumes it (a Celery message in a plain worker's Redis list would be taken and never answered)."""
+    found, seen = [], set()
+    for proc in procs:
+        if proc["smoke"]:
+            found.append({**proc, "real_queues": [q for q in proc["queues"] if q not in seen]})
+            seen.update(proc["queues"])
+    return found
+
+
 def plan(
     app: str,
     build_id: str = "",
@@ -237,7 +249,7 @@ def plan(
         "groups": sorted({p["group"] for p in procs}),
         "secrets": secret_layout,
         "processes": procs,
-        "smoke_processes": [p for p in procs if p["smoke"]],
+        "smoke_processes": smoke_processes(procs),
         "executables": executables,
         "migrate": migrate,
     }

@@ -92,6 +92,14 @@ def test_smoke_processes_are_those_with_a_smoke_adapter():
     assert by_name(p, "web")["adapter"] == "none"
 
 
+def test_each_real_queue_is_smoke_tested_once_through_a_process_type_that_consumes_it():
+    sweeper = {"name": "sweeper", "adapter": "command", "smoke_command": ["bin/sweep-smoke"],
+               "queues": ["sweeps", "default"], "command": ["bin/sweeper"]}
+    p = shop(processes=[WORKER, WEB, sweeper])
+    assert [(proc["name"], proc["real_queues"]) for proc in p["smoke_processes"]] == [
+        ("worker", ["default"]), ("sweeper", ["sweeps"])]
+
+
 def test_relative_commands_resolve_against_current_and_run_from_it():
     worker = by_name(shop(), "worker")
     assert worker["command"] == ["/srv/shop/current/bin/shop-worker", "-Q", "default"]

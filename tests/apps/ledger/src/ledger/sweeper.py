@@ -21,11 +21,23 @@ def _broker() -> redis.Redis:
     return redis.Redis.from_url(os.environ.get("LEDGER_BROKER_URL", "redis://localhost:6379/5"))
 
 
+def release() -> str | None:
+    """The release this code was loaded from: the directory above it that holds RELEASE.json."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    while here != os.path.dirname(here):
+        if os.path.isfile(os.path.join(here, "RELEASE.json")):
+            return here
+        here = os.path.dirname(here)
+    return None
+
+
 def identity() -> dict:
-    """Who answers: the smoke test compares build_id, host, unit, pid and the working directory with the unit's."""
+    """Who answers: the smoke test compares build_id, host, unit, pid, release and the working directory with the
+    unit's."""
     app, process, instance = (os.environ.get(k, "") for k in ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE"))
     return {"build_id": os.environ.get("STURDY_BUILD_ID", ""), "host": socket.gethostname(),
-            "unit": f"{app}-{process}@{instance}.service", "pid": os.getpid(), "cwd": os.getcwd(), "queues": [QUEUE]}
+            "unit": f"{app}-{process}@{instance}.service", "pid": os.getpid(), "release": release(),
+            "cwd": os.getcwd(), "queues": [QUEUE]}
 
 
 def work() -> int:
