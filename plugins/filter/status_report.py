@@ -99,6 +99,28 @@ def _queue_rows(queues: dict) -> list[str]:
     return _table(header, rows)
 
 
+def singleton_problems(hosts: dict) -> list[str]:
+    """A singleton process type (a scheduler) must run on exactly one of the hosts read."""
+    where: dict[str, list[str]] = {}
+    for host, seen in sorted(hosts.items()):
+        for proc in (seen or {}).get("processes") or []:
+            if proc.get("singleton"):
+                where.setdefault(proc["name"], [])
+                if any(i.get("state") == "active" for i in proc["instances"]):
+                    where[proc["name"]].append(host)
+    problems = []
+    for name, running in sorted(where.items()):
+        if not running:
+            problems.append(f"the singleton {name} runs on no host, so what it schedules does not happen. Next: "
+                            "ansible-playbook sturdy.workers.deploy (it starts it on the singleton host), or diagnose "
+                            "it there")
+        elif len(running) > 1:
+            problems.append(f"the singleton {name} runs on {len(running)} hosts ({', '.join(running)}): everything it "
+                            "schedules happens more than once. Next: ansible-playbook sturdy.workers.deploy (it stops "
+                            "it on every host but the singleton host)")
+    return problems
+
+
 def status_report(results: dict, app: str, now: float, queue_age_limit: float = 600) -> dict:
     from ansible_collections.sturdy.workers.plugins.module_utils.app_status import queue_problems
 
@@ -132,6 +154,7 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
                     if pair not in running.setdefault(inst["build"], []):
                         running[inst["build"]].append(pair)
     problems += queue_problems([queues[n] for n in sorted(queues)], queue_age_limit)
+    problems += singleton_problems(hosts)
     if len(builds) > 1:
         problems.append("hosts point current at different builds: " + "; ".join(
             f"{b} on {', '.join(h)}" for b, h in sorted(builds.items())) + ". A deploy with --limit or one that failed "

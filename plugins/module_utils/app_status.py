@@ -228,6 +228,11 @@ def host_status(plan: dict, show: list[dict], journal: dict[str, dict], procs: d
         extra = sorted((u for u in by_unit if pattern.match(u) and u not in declared
                         and by_unit[u].get("ActiveState") not in ("inactive", None)),
                        key=lambda u: (len(u), u))
+        if proc.get("singleton"):
+            # One host of the deployment runs it: here only when enabled or running (the fleet is checked as a whole
+            # in the report: sturdy.workers.status_report).
+            declared = [u for u in declared if by_unit.get(u, {}).get("UnitFileState") == "enabled"
+                        or by_unit.get(u, {}).get("ActiveState") not in ("inactive", None)]
         instances = []
         for unit in declared + extra:
             props = by_unit.get(unit, {"Id": unit, "LoadState": "not-found", "ActiveState": "inactive"})
@@ -237,7 +242,7 @@ def host_status(plan: dict, show: list[dict], journal: dict[str, dict], procs: d
             instances.append(inst)
             problems += instance_problems(host, proc, inst, unit in declared, current_build)
         processes.append({"name": proc["name"], "adapter": proc.get("adapter"), "queues": proc.get("queues", []),
-                          "instances": instances})
+                          "singleton": bool(proc.get("singleton")), "instances": instances})
     return {"host": host, "app": plan["app"], "current": current_build, "processes": processes, "problems": problems}
 
 

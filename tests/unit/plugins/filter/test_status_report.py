@@ -91,3 +91,18 @@ def test_a_rate_limited_backlog_shows_its_drain_time_and_an_old_one_blames_the_l
     (problem,) = rep["problems"]
     assert "at the declared rate_limit of 20/s it drains in 2min at the soonest" in problem
     assert "raise sturdy_processes[].rate_limit" in problem and "do not keep up" not in problem
+
+
+def test_a_singleton_must_run_on_exactly_one_host():
+    def beat(*units):
+        return {"name": "beat", "singleton": True, "instances": [inst(u, "b2") for u in units]}
+
+    def fleet(a, b):
+        return {h: {"current": "b2", "processes": [p], "problems": [], "systemd_version": 257}
+                for h, p in (("a1", a), ("a2", b))}
+
+    assert status_report(fleet(beat("shop-beat@1.service"), beat()), "shop", 0.0)["problems"] == []
+    two = status_report(fleet(beat("shop-beat@1.service"), beat("shop-beat@1.service")), "shop", 0.0)["problems"]
+    assert two == [two[0]] and two[0].startswith("the singleton beat runs on 2 hosts (a1, a2)")
+    none = status_report(fleet(beat(), beat()), "shop", 0.0)["problems"]
+    assert none == [none[0]] and none[0].startswith("the singleton beat runs on no host")

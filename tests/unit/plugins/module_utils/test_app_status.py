@@ -208,3 +208,14 @@ def test_processes_from_a_release_outside_the_units_are_named_with_their_build_a
                           "13: venv/bin/python -m celery worker)")
     assert "Next: stop them (kill 13" in old
     assert same.startswith("h1: 1 process(es) run build b2 from its release outside")
+
+
+def test_a_singleton_shows_only_on_the_host_that_runs_it():
+    with_beat = plan("shop", processes=[{"name": "beat", "command": ["bin/shop-beat"], "singleton": True}])
+    away = {**show("shop-beat@1.service", state="inactive"), "UnitFileState": "disabled"}
+    got = host_status(with_beat, [away], {}, {}, "b2", 1600.0, "h2")
+    assert got["problems"] == [] and got["processes"][0]["instances"] == [] and got["processes"][0]["singleton"]
+    # Enabled here but down: a problem on this host.
+    down = {**away, "UnitFileState": "enabled"}
+    got = host_status(with_beat, [down], {}, {}, "b2", 1600.0, "h1")
+    assert "h1 shop-beat@1.service is declared but inactive" in got["problems"][0]
