@@ -101,7 +101,10 @@ def test_status_shows_every_instance_on_build_1():
 
 def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1():
     succeeded(run(command("build", B2)))
-    succeeded(run(command("deploy", B2)))
+    deployed = run(command("deploy", B2))
+    succeeded(deployed)
+    # Beat stays where it runs: nothing moved, nothing said.
+    assert "now run on" not in deployed.stdout, deployed.stdout[-3000:]
     assert {current(c) for c in HOSTS.values()} == {B2}
     assert {release_of(c, u) for c in HOSTS.values() for u in UNITS} == {B2}
     succeeded(run(command("rollback")))
