@@ -362,6 +362,13 @@ NEGATIVE = {
         {"sturdy_processes": declaration()["sturdy_processes"] + [{"name": "worker", "command": ["/usr/bin/true"]}]},
         'sturdy_processes[].name="worker"',
     ),
+    "singleton host that is not in the inventory": (
+        {"sturdy_processes": declaration()["sturdy_processes"]
+         + [{"name": "beat", "command": ["/usr/bin/sleep", "infinity"], "singleton": True}],
+         "sturdy_worker_singleton_host": "beat-host-9"},
+        "sturdy_worker_singleton_host=beat-host-9 is not a host of this inventory, so no host would run the singleton "
+        "process types (beat). Nothing was changed.",
+    ),
     "bad application name": (
         {"sturdy_app": "Demo App"},
         'sturdy_app="Demo App" cannot name units',
