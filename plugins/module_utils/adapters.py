@@ -59,6 +59,20 @@ class CeleryAdapter:
         return json_line(outputs[0], list)
 
 
+class RqAdapter(CeleryAdapter):
+    """An RQ worker with the agent: the same client run through RQ, with the Redis URL `rq worker` reads
+    (RQ_REDIS_URL, from the app's secrets)."""
+
+    name = "rq"
+
+    def __init__(self, options: dict[str, Any]):  # pylint: disable=super-init-not-called
+        self.options = options
+
+    def commands(self, release: str, queues: list[str], timeout: float) -> list[list[str]]:
+        python = os.path.join(release, "venv", "bin", "python")
+        return [[python, "-m", "sturdy_agent", "rq-smoke", "--timeout", f"{timeout:g}", *queues]]
+
+
 class CommandAdapter:
     """Your own smoke commands: one run per queue, with STURDY_SMOKE_QUEUE and STURDY_SMOKE_TIMEOUT set; it prints
     the answer as one JSON object (at least build_id, host, unit, pid and release) and exits 0."""
@@ -87,7 +101,9 @@ class CommandAdapter:
         return found
 
 
-ADAPTERS = {"celery": CeleryAdapter, "command": CommandAdapter}
+ADAPTERS = {"celery": CeleryAdapter, "rq": RqAdapter, "command": CommandAdapter}
+# The adapters whose workers run the sturdy.workers agent (STURDY_AGENT=<name>, Type=notify).
+AGENT_ADAPTERS = ("celery", "rq")
 
 
 def adapter_for(options: dict[str, Any]):

@@ -23,7 +23,7 @@ PROCESS_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 # Where systemd reads administrator units (systemd.unit(5)).
 UNIT_DIR = "/etc/systemd/system"
 # Adapters whose instances answer smoke jobs (module_utils/adapters.py).
-SMOKE_ADAPTERS = ("celery", "command")
+SMOKE_ADAPTERS = ("celery", "rq", "command")
 # Relative paths inside a release: no ./, ../ or empty segments (a command must stay inside the release).
 _MEMBER = re.compile(r"^(?!\.{1,2}(/|$))(?!.*/\.{1,2}(/|$))(?!.*//)[^/\0][^\0]*$")
 

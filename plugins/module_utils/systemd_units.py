@@ -260,6 +260,16 @@ def plan_processes(
                                 "once; use 1 (never run a message twice) or more")
         proc["rate_per_instance"] = rate_per_instance(name, proc.get("rate_limit"), fleet or [processes])
         proc["watchdog_sec"] = int(proc.get("watchdog_sec") or 0)
+        argv = [str(a) for a in proc.get("command") or []]
+        if proc.get("adapter") == "rq" and argv[:1] and argv[0].rsplit("/", 1)[-1] == "rq" \
+                and [a for a in argv[1:] if not a.startswith("-")][:1] != ["worker"]:
+            raise UnitSpecError(f"{where}: adapter rq runs one RQ worker per instance (`rq worker <queues>`), the "
+                                f"unit's main process; {' '.join(argv[:2])} is not one (a worker pool's workers are "
+                                "its children, which tell systemd nothing). Use rq worker and instances: N")
+        if proc["watchdog_sec"] and proc.get("adapter", "none") != "celery":
+            raise UnitSpecError(f"{where}.watchdog_sec: only the agent inside a Celery worker feeds the watchdog; "
+                                f"adapter {proc.get('adapter', 'none')} would be killed every {proc['watchdog_sec']}s. "
+                                "Remove it, or use adapter: celery")
         proc["start_timeout"] = int(proc.get("start_timeout") or 90)
         proc["readiness_http"] = (proc.get("readiness") or {}).get("http")
         try:

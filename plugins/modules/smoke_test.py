@@ -28,10 +28,11 @@ description:
   - Warns about reliability settings of the running workers that lose or duplicate tasks.
 options:
   adapter:
-    description: How jobs are sent. C(celery) uses the agent's client and the app's Celery app, C(command) runs
+    description: How jobs are sent. C(celery) uses the agent's client and the app's Celery app, C(rq) the agent's
+      client through RQ with the Redis URL in C(RQ_REDIS_URL) (as C(rq worker) reads it), C(command) runs
       O(smoke_command) once per queue.
     type: str
-    choices: [celery, command]
+    choices: [celery, rq, command]
     default: celery
   celery_app:
     description: With O(adapter=celery), the Celery app as given to C(celery -A).
@@ -148,7 +149,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "adapter": {"type": "str", "choices": ["celery", "command"], "default": "celery"},
+            "adapter": {"type": "str", "choices": ["celery", "rq", "command"], "default": "celery"},
             "celery_app": {"type": "str"},
             "smoke_command": {"type": "list", "elements": "str"},
             "release": {"type": "path", "required": True},
@@ -215,11 +216,12 @@ def main():
             if not entry.get("ok") and "TimeoutError" in entry.get("error", "TimeoutError"):
                 failures.append(f"{unit} on {host} did not answer the smoke job within {p['timeout']:g}s: it does not "
                                 f"consume its smoke queue {entry['queue']}. Is it running the release's code with the "
-                                "agent (Type=notify, STURDY_AGENT=celery in the unit)? Its journal tells more")
+                                f"agent (Type=notify, STURDY_AGENT={p['adapter']} in the unit)? Its journal tells more")
                 continue
             if not entry.get("ok"):
-                failures.append(f"the smoke job for {unit} on {host} failed: {entry.get('error')} (a result backend is "
-                                "needed to receive the answer; the app's Celery app must have one)")
+                failures.append(f"the smoke job for {unit} on {host} failed: {entry.get('error')}"
+                                + (" (a result backend is needed to receive the answer; the app's Celery app must have "
+                                   "one)" if p["adapter"] == "celery" else ""))
                 continue
             answer = entry["answer"]
             expect = {"build_id": p["build_id"], "host": host, "unit": unit, "pid": pid, "release": release}

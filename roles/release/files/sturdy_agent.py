@@ -27,7 +27,14 @@ STURDY_AGENT=celery; then, inside a Celery worker:
   queue's dead-letter queue sturdy.dead.<queue> with the reason, instead of looping, failing or being dropped; with
   STURDY_RATE_LIMIT, tasks start at most at that rate.
 
-`python -m sturdy_agent smoke ...` is the producer side of the smoke test, `python -m sturdy_agent stats ...` reads
+With STURDY_AGENT=rq, inside an RQ worker (RQ 2, `rq worker` or your own script around rq.Worker): the instance's
+smoke queue first among its queues and a job `sturdy_agent.rq_smoke` answering like `sturdy.smoke`; its build,
+release, unit and main PID in its registration hash in Redis (what the smoke client answers for an instance whose
+work horse is busy with a long job); READY=1 once it listens (its warm-shutdown handler installed), STOPPING=1 on
+SIGTERM (RQ's warm shutdown: the running job finishes first); the same task records and counts. RQ_REDIS_URL
+delivered as a systemd credential is read into the environment, where `rq worker` reads it.
+
+`python -m sturdy_agent smoke ...` (Celery) and `rq-smoke ...` (RQ) are the producer side of the smoke test, `python -m sturdy_agent stats ...` reads
 the queues (depth, oldest message, consumers), `python -m sturdy_agent health ...` asks every worker,
 `python -m sturdy_agent dead list|requeue|discard ...` handles dead letters, `names` tells the task names a build
 registers and those waiting in the queues; see main(). Standard library only, except the Celery
@@ -47,6 +54,10 @@ import time
 import uuid
 
 SMOKE_TASK = "sturdy.smoke"
+# RQ's smoke job: a function the work horse imports by name, like any job's.
+RQ_SMOKE_JOB = "sturdy_agent.rq_smoke"
+# Where `rq worker` (and the smoke client) read the Redis URL.
+RQ_URL = "RQ_REDIS_URL"
 SMOKE_PREFIX = "sturdy.smoke."
 SENT_HEADER = "sturdy_sent"
 RELEASE_FILE = "RELEASE.json"
@@ -171,6 +182,46 @@ def count_task(path: str, build: str, outcome: str, keep=None) -> None:
         os.replace(tmp, path)
 
 
+def record_task_start(task_id, name) -> None:
+    """The task this process starts, for a diagnosis of its death (task_record_path)."""
+    path = task_record_path()
+    if path:
+        record = {"id": task_id, "name": name, "started": time.time(), "pid": os.getpid(),
+                  "invocation": os.environ.get("INVOCATION_ID")}
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(record, fh)
+        except OSError:
+            pass
+
+
+def record_task_end() -> None:
+    path = task_record_path()
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def count_outcome(name, outcome: str) -> None:
+    """One finished task of this build (count_task), the smoke job aside."""
+    path = task_counts_path()
+    if not path or name in (SMOKE_TASK, RQ_SMOKE_JOB):
+        return
+    if "build" not in _STATE:
+        release, _STATE["build"] = loaded_build()
+        _STATE["build"] = _STATE["build"] or "unknown"
+        _STATE["releases"] = os.path.dirname(release) if release else None
+    releases = _STATE["releases"]
+    try:
+        count_task(path, _STATE["build"], outcome,
+                   (lambda b: os.path.isdir(os.path.join(releases, b))) if releases else None)
+    except OSError:
+        pass
+
+
 def loaded_build() -> tuple[str | None, str | None]:
     """(release path, build ID) of the release this code was loaded from: what the process really runs."""
     release = release_of(__file__)
@@ -197,8 +248,7 @@ def answer(token: str, conf, consumed: list[str], ran_in: str = "pool", busy: li
         "cwd": os.path.realpath(os.getcwd()),
         "env_build_id": os.environ.get("STURDY_BUILD_ID"),
         "host": socket.gethostname(),
-        "unit": "{}-{}@{}.service".format(*(os.environ.get(k, "?") for k in
-                                            ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE"))),
+        "unit": unit_name(),
         "pid": _STATE.get("main_pid", os.getpid()),
         "queues": sorted(q for q in consumed if not q.startswith("sturdy.smoke.")),
         "settings": {
@@ -230,8 +280,7 @@ def health(queues: list[str], tasks: list[dict]) -> dict:
         "build_id": build_id,
         "release": release,
         "host": socket.gethostname(),
-        "unit": "{}-{}@{}.service".format(*(os.environ.get(k, "?") for k in
-                                            ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE"))),
+        "unit": unit_name(),
         "pid": _STATE.get("main_pid", os.getpid()),
         "queues": sorted(q for q in queues if not q.startswith("sturdy.smoke.")),
         "tasks": tasks,
@@ -706,44 +755,17 @@ def install_celery_hooks() -> None:
         notify(f"STOPPING=1\nSTATUS={how} shutdown ({sig})")
 
     def task_started(task_id=None, task=None, **_):
-        path = task_record_path()
-        if path:
-            record = {"id": task_id, "name": getattr(task, "name", None), "started": time.time(), "pid": os.getpid(),
-                      "invocation": os.environ.get("INVOCATION_ID")}
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w", encoding="utf-8") as fh:
-                    json.dump(record, fh)
-            except OSError:
-                pass
+        record_task_start(task_id, getattr(task, "name", None))
 
     def task_ended(**_):
-        path = task_record_path()
-        if path:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        record_task_end()
 
     signals.task_prerun.connect(task_started, weak=False)
     signals.task_postrun.connect(task_ended, weak=False)
 
     def counter(outcome):
         def count(sender=None, request=None, **_):
-            path = task_counts_path()
-            name = getattr(sender, "name", None) or getattr(request, "task", None)
-            if not path or name == SMOKE_TASK:
-                return
-            if "build" not in _STATE:
-                release, _STATE["build"] = loaded_build()
-                _STATE["build"] = _STATE["build"] or "unknown"
-                _STATE["releases"] = os.path.dirname(release) if release else None
-            releases = _STATE["releases"]
-            try:
-                count_task(path, _STATE["build"], outcome,
-                           (lambda b: os.path.isdir(os.path.join(releases, b))) if releases else None)
-            except OSError:
-                pass
+            count_outcome(getattr(sender, "name", None) or getattr(request, "task", None), outcome)
         return count
 
     for signal_name, outcome in COUNTED.items():
@@ -761,18 +783,137 @@ def install_celery_hooks() -> None:
     signals.worker_shutting_down.connect(stopping, weak=False)
 
 
+def unit_name() -> str:
+    return "{}-{}@{}.service".format(*(os.environ.get(k, "?") for k in ("STURDY_APP", "STURDY_PROCESS", "STURDY_INSTANCE")))
+
+
+def rq_url_from_credentials(environ=None) -> str | None:
+    """RQ_REDIS_URL as `rq worker` reads it from the environment; delivered as a systemd credential, it is read from
+    $CREDENTIALS_DIRECTORY into the environment first (RQ reads no files)."""
+    environ = os.environ if environ is None else environ
+    if not environ.get(RQ_URL) and environ.get("CREDENTIALS_DIRECTORY"):
+        try:
+            with open(os.path.join(environ["CREDENTIALS_DIRECTORY"], RQ_URL), encoding="utf-8") as fh:
+                environ[RQ_URL] = fh.read().strip()
+        except OSError:
+            pass
+    return environ.get(RQ_URL)
+
+
+def rq_answer(token: str, ran_in: str = "pool") -> dict:
+    """What the RQ smoke job answers, from the work horse: the build of the release its code was loaded from."""
+    release, build_id = loaded_build()
+    return {
+        "token": token,
+        "ran_in": ran_in,
+        "busy": [],
+        "build_id": build_id,
+        "release": release,
+        "cwd": os.path.realpath(os.getcwd()),
+        "env_build_id": os.environ.get("STURDY_BUILD_ID"),
+        "host": socket.gethostname(),
+        "unit": unit_name(),
+        "pid": _STATE.get("main_pid", os.getppid()),
+        "queues": sorted(q for q in _STATE.get("queues", []) if not q.startswith(SMOKE_PREFIX)),
+        "settings": {},
+    }
+
+
+def rq_smoke(token: str) -> dict:
+    """The smoke job of an RQ worker (RQ_SMOKE_JOB)."""
+    return rq_answer(token)
+
+
+def install_rq_hooks() -> None:
+    """Hook into RQ's worker class (RQ 2): the instance's smoke queue first among its queues, its build in its
+    registration, READY=1 once it listens, STOPPING=1 on warm shutdown, a record and a count of each job."""
+    try:
+        from rq.worker import BaseWorker as worker_class  # pylint: disable=import-outside-toplevel
+    except ImportError:  # RQ 1.x
+        from rq.worker import Worker as worker_class  # pylint: disable=import-outside-toplevel
+    bootstrap, install_signals = worker_class.bootstrap, worker_class._install_signal_handlers  # pylint: disable=protected-access
+    request_stop, perform_job = worker_class.request_stop, worker_class.perform_job
+    prepare_execution, set_state = worker_class.prepare_execution, worker_class.set_state
+
+    def sturdy_bootstrap(self, *args, **kwargs):
+        name = own_smoke_queue()
+        if name and name not in self.queue_names():
+            # First: the default dequeue order takes it before any waiting job.
+            queue = self.queue_class(name=name, connection=self.connection, job_class=self.job_class,
+                                     serializer=self.serializer)
+            self.queues.insert(0, queue)
+            self._ordered_queues.insert(0, queue)  # pylint: disable=protected-access
+        result = bootstrap(self, *args, **kwargs)
+        release, build_id = loaded_build()
+        _STATE.update(main_pid=os.getpid(), queues=self.queue_names())
+        record = task_record_path()
+        if record:
+            prune_task_records(os.path.dirname(record), time.time())
+        # What the smoke client answers for an instance whose horse is busy with a long job: its registration.
+        serializer = getattr(self, "_serializer_arg", None) or ""
+        self.connection.hset(self.key, mapping={"sturdy_build_id": build_id or "", "sturdy_release": release or "",
+                                                "sturdy_unit": unit_name(), "sturdy_pid": os.getpid(),
+                                                "sturdy_serializer": serializer})
+        return result
+
+    def sturdy_install_signals(self, *args, **kwargs):
+        result = install_signals(self, *args, **kwargs)
+        # work() installs its SIGTERM handler (warm shutdown) right before its loop: ready, and stoppable.
+        notify(f"READY=1\nSTATUS=listening on {', '.join(self.queue_names())}")
+        return result
+
+    def sturdy_request_stop(self, signum, frame):
+        notify(f"STOPPING=1\nSTATUS=warm shutdown (signal {signum}): the running job finishes first")
+        return request_stop(self, signum, frame)
+
+    def sturdy_perform_job(self, job, *args, **kwargs):
+        name = getattr(job, "func_name", None)
+        record_task_start(job.id, name)
+        try:
+            ok = perform_job(self, job, *args, **kwargs)
+        finally:
+            record_task_end()
+        count_outcome(name, "succeeded" if ok else "failed")
+        return ok
+
+    def sturdy_prepare_execution(self, job, *args, **kwargs):
+        # The main process names the job its horse runs (RQ 2 keeps it in its executions, not in the worker's hash).
+        self.connection.hset(self.key, mapping={"sturdy_job": job.id, "sturdy_job_name": job.func_name or "",
+                                                "sturdy_job_started": time.time()})
+        return prepare_execution(self, job, *args, **kwargs)
+
+    def sturdy_set_state(self, state, *args, **kwargs):
+        result = set_state(self, state, *args, **kwargs)
+        if str(getattr(state, "value", state)) == "idle":
+            self.connection.hdel(self.key, "sturdy_job", "sturdy_job_name", "sturdy_job_started")
+        return result
+
+    worker_class.bootstrap = sturdy_bootstrap
+    worker_class.prepare_execution = sturdy_prepare_execution
+    worker_class.set_state = sturdy_set_state
+    worker_class._install_signal_handlers = sturdy_install_signals  # pylint: disable=protected-access
+    worker_class.request_stop = sturdy_request_stop
+    worker_class.perform_job = sturdy_perform_job
+
+
+HOOKS = {"celery": install_celery_hooks, "rq": install_rq_hooks}
+
+
 def activate(environ=None) -> None:
     """Entry from sturdy_agent.pth: hook in only where the unit asks for it; never break the interpreter."""
     environ = os.environ if environ is None else environ
-    if environ.get("STURDY_AGENT") != "celery" or _STATE.get("hooked"):
+    kind = environ.get("STURDY_AGENT")
+    if kind not in HOOKS or _STATE.get("hooked"):
         return
     _STATE["hooked"] = True
-    # Python programs a task starts inherit the environment: they must not hook into Celery too.
+    # Python programs a task starts inherit the environment: they must not hook into the framework too.
     os.environ.pop("STURDY_AGENT", None)
+    if kind == "rq":
+        rq_url_from_credentials(environ)
     try:
-        install_celery_hooks()
-    except ImportError as exc:
-        sys.stderr.write(f"sturdy_agent: STURDY_AGENT=celery but Celery cannot be imported ({exc}); "
+        HOOKS[kind]()
+    except (ImportError, AttributeError) as exc:
+        sys.stderr.write(f"sturdy_agent: STURDY_AGENT={kind} but its worker cannot be hooked ({exc}); "
                          "no readiness or smoke queue for this process\n")
 
 
@@ -830,6 +971,114 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
                              for node, reply in sorted(nodes.items()) if queue in reply.get("queues", [])]
                 found[queue] = {"queue": queue, "backlog": depth, "consumers": consumers, "ok": bool(consumers),
                                 "latency": round(time.monotonic() - started, 3)}
+    return [found[queue] for queue in targets if queue in found]
+
+
+def rq_workers(conn, queue: str) -> list[dict]:
+    """The live RQ workers registered on `queue` (their registration hashes, newest first)."""
+    from rq import worker_registration  # pylint: disable=import-outside-toplevel
+    from rq.queue import Queue  # pylint: disable=import-outside-toplevel
+
+    found = []
+    for key in worker_registration.get_keys(Queue(queue, connection=conn)):
+        fields = {_text(k): _text(v) for k, v in conn.hgetall(key).items()}
+        if fields and "death" not in fields:
+            found.append(dict(fields, name=_text(key).rsplit(":", 1)[-1]))
+    return sorted(found, key=lambda w: w.get("birth", ""), reverse=True)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def rq_registered_answer(token: str, worker: dict) -> dict:
+    """A busy worker's answer, from the registration its main process wrote at its start (sturdy_build_id...): its horse
+    runs a job that may take long, so the smoke job is not waited for."""
+    busy = {"id": worker.get("sturdy_job"), "name": worker.get("sturdy_job_name"),
+            "started": float(worker.get("sturdy_job_started") or 0) or None}
+    return {"token": token, "ran_in": "worker", "busy": [busy],
+            "build_id": worker.get("sturdy_build_id") or None, "release": worker.get("sturdy_release") or None,
+            "host": worker.get("hostname"), "unit": worker.get("sturdy_unit"), "pid": worker.get("sturdy_pid"),
+            "queues": sorted(q for q in worker.get("queues", "").split(",") if q and not q.startswith(SMOKE_PREFIX)),
+            "settings": {}}
+
+
+def rq_smoke_client(targets: list[str], timeout: float) -> list[dict]:
+    """Send one smoke job to each queue through RQ and wait for all answers until the deadline (the same entries as
+    smoke()). An instance whose horse is busy answers from its registration; a real queue that holds jobs gets no job
+    (it would wait behind them): its proof is the workers registered on it, each with its build."""
+    from redis import Redis  # pylint: disable=import-outside-toplevel
+    from rq import Queue  # pylint: disable=import-outside-toplevel
+    from rq.serializers import resolve_serializer  # pylint: disable=import-outside-toplevel
+
+    url = rq_url_from_credentials()
+    if not url:
+        raise SystemExit(f"sturdy_agent: {RQ_URL} is not set: `rq worker` and the smoke client read the Redis URL from "
+                         f"it. Put {RQ_URL} in the app's sturdy_secrets")
+    conn = Redis.from_url(url)
+    found, sent = {}, []
+    for name in targets:
+        started = time.monotonic()
+        try:
+            workers = rq_workers(conn, name)
+            serializer = next((w["sturdy_serializer"] for w in workers if w.get("sturdy_serializer")), None)
+            queue = Queue(name, connection=conn, serializer=resolve_serializer(serializer))
+            depth = 0 if name.startswith(SMOKE_PREFIX) else queue.count
+            if depth:
+                consumers = [{"node": w.get("name"), "build_id": w.get("sturdy_build_id"), "host": w.get("hostname"),
+                              "unit": w.get("sturdy_unit")} for w in workers]
+                found[name] = {"queue": name, "backlog": depth, "consumers": consumers, "ok": bool(consumers),
+                               "latency": round(time.monotonic() - started, 3)}
+                continue
+            token = uuid.uuid4().hex
+            # ttl: a job nobody took in time is dropped instead of answering a later deploy.
+            job = queue.enqueue(RQ_SMOKE_JOB, token, ttl=max(1, int(timeout)), result_ttl=600, failure_ttl=600,
+                                job_timeout=max(30, int(timeout)))
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
+            found[name] = {"queue": name, **failed(exc)}
+            continue
+        sent.append((name, token, started, job, queue))
+    deadline = time.monotonic() + timeout
+    while sent:
+        waiting_still = []
+        for name, token, started, job, queue in sent:
+            entry = {"queue": name, "token": token}
+            try:
+                status = job.get_status(refresh=True)
+                status = _text(getattr(status, "value", status) or "")
+                if status == "finished":
+                    got = job.return_value(refresh=True) or {}
+                    found[name] = dict(entry, ok=got.get("token") == token, answer=got,
+                                       latency=round(time.monotonic() - started, 3))
+                    continue
+                if status in ("failed", "stopped", "canceled"):
+                    result = job.latest_result()
+                    why = (getattr(result, "exc_string", None) or status).strip().splitlines()[-1]
+                    found[name] = dict(entry, ok=False, error=f"the smoke job {status}: {why}")
+                    continue
+                busy = [w for w in rq_workers(conn, name) if w.get("sturdy_job") not in (None, "", job.id)]
+                if name.startswith(SMOKE_PREFIX) and status == "queued" and busy \
+                        and time.monotonic() - started > 0.5:
+                    queue.remove(job.id)
+                    job.delete()
+                    found[name] = dict(entry, ok=True, answer=rq_registered_answer(token, busy[0]),
+                                       latency=round(time.monotonic() - started, 3))
+                    continue
+            except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
+                found[name] = dict(entry, **failed(exc))
+                continue
+            if time.monotonic() >= deadline:
+                try:
+                    queue.remove(job.id)
+                    job.delete()
+                except Exception:  # pylint: disable=broad-exception-caught  # the ttl drops it anyway
+                    pass
+                found[name] = dict(entry, ok=False, error=f"TimeoutError: no worker answered within {timeout:g}s")
+                continue
+            waiting_still.append((name, token, started, job, queue))
+        sent = waiting_still
+        if sent:
+            time.sleep(0.1)
     return [found[queue] for queue in targets if queue in found]
 
 
@@ -1077,6 +1326,10 @@ def main(argv=None) -> int:
     smoke_cmd.add_argument("--celery-app", required=True)
     smoke_cmd.add_argument("--timeout", type=float, default=30.0)
     smoke_cmd.add_argument("queues", nargs="+")
+    rq_cmd = sub.add_parser("rq-smoke", help="send a smoke job through RQ to each queue (Redis URL: $RQ_REDIS_URL); "
+                                             "print the answers as JSON")
+    rq_cmd.add_argument("--timeout", type=float, default=30.0)
+    rq_cmd.add_argument("queues", nargs="+")
     sub.add_parser("queue", help="print the smoke queue of this unit (from STURDY_APP/PROCESS/INSTANCE)")
     stats_cmd = sub.add_parser("stats", help="print depth, oldest message and consumers of each queue as JSON")
     stats_cmd.add_argument("--celery-app", required=True)
@@ -1118,6 +1371,9 @@ def main(argv=None) -> int:
         return 0
     if args.command == "queue":
         print(own_smoke_queue() or "")
+        return 0
+    if args.command == "rq-smoke":
+        print(json.dumps(rq_smoke_client(args.queues, args.timeout), sort_keys=True))
         return 0
     if args.command == "stats":
         print(json.dumps(queue_stats(args.celery_app, args.queues, args.timeout), sort_keys=True))

@@ -100,6 +100,37 @@ def test_activate_ignores_processes_without_sturdy_agent(agent):
     assert "hooked" not in agent._STATE  # pylint: disable=protected-access
 
 
+def test_an_rq_worker_without_rq_says_so_and_keeps_running(agent, monkeypatch, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "rq", None)  # RQ not installed in this venv
+    monkeypatch.setitem(__import__("sys").modules, "rq.worker", None)
+    agent.activate({"STURDY_AGENT": "rq"})
+    assert agent._STATE["hooked"]  # pylint: disable=protected-access
+    assert "STURDY_AGENT=rq but its worker cannot be hooked" in capsys.readouterr().err
+
+
+def test_the_rq_url_delivered_as_a_credential_is_read_where_rq_worker_reads_it(agent, tmp_path):
+    (tmp_path / "RQ_REDIS_URL").write_text("redis://:pw@broker:6379/7\n")
+    environ = {"CREDENTIALS_DIRECTORY": str(tmp_path)}
+    assert agent.rq_url_from_credentials(environ) == "redis://:pw@broker:6379/7"
+    assert environ["RQ_REDIS_URL"] == "redis://:pw@broker:6379/7"
+    # Set in the environment (env_file delivery): kept as it is.
+    assert agent.rq_url_from_credentials({"RQ_REDIS_URL": "redis://x/1", "CREDENTIALS_DIRECTORY": str(tmp_path)}) == \
+        "redis://x/1"
+    assert agent.rq_url_from_credentials({}) is None
+
+
+def test_a_busy_rq_worker_answers_from_its_registration_naming_the_job_its_horse_runs(agent):
+    worker = {"name": "a1", "hostname": "h1", "queues": "sturdy.smoke.parcel-worker@1.h1,parcel.scales",
+              "sturdy_build_id": "b7", "sturdy_release": "/srv/parcel/releases/b7", "sturdy_unit": "parcel-worker@1.service",
+              "sturdy_pid": "412", "sturdy_job": "p-9", "sturdy_job_name": "parcel.jobs.weigh",
+              "sturdy_job_started": "1796368036.5"}
+    got = agent.rq_registered_answer("tok", worker)
+    assert got["ran_in"] == "worker" and got["busy"] == [{"id": "p-9", "name": "parcel.jobs.weigh",
+                                                          "started": 1796368036.5}]
+    assert (got["build_id"], got["host"], got["unit"], got["pid"], got["queues"]) == (
+        "b7", "h1", "parcel-worker@1.service", "412", ["parcel.scales"])
+
+
 def test_oldest_waiting_reads_the_stamp_and_the_task(agent):
     raw = json.dumps({"body": "e30=", "headers": {"task": "shop.add", "id": "abc", "sturdy_sent": 1000.0}})
     assert agent.oldest_waiting(raw, 1012.34) == {"oldest_task": "shop.add", "oldest_id": "abc", "oldest_age": 12.3,

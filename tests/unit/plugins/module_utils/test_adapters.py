@@ -55,6 +55,15 @@ def test_celery_adapter_runs_the_agent_client_from_the_release_and_reads_its_las
         adapter.parse(["Traceback ..."], ["q1"])
 
 
+def test_rq_adapter_runs_the_agents_rq_client_from_the_release_with_no_celery_app():
+    adapter = adapter_for({"adapter": "rq"})
+    [argv] = adapter.commands("/srv/parcel/releases/3", ["sturdy.smoke.parcel-worker@1.h", "parcel.scales"], 15)
+    assert argv == ["/srv/parcel/releases/3/venv/bin/python", "-m", "sturdy_agent", "rq-smoke", "--timeout", "15",
+                    "sturdy.smoke.parcel-worker@1.h", "parcel.scales"]
+    assert adapter.parse(["log\n" + json.dumps([{"queue": "parcel.scales", "ok": True}])], ["parcel.scales"]) == [
+        {"queue": "parcel.scales", "ok": True}]
+
+
 def test_command_adapter_runs_once_per_queue_and_reports_a_bad_answer_per_queue():
     adapter = CommandAdapter({"smoke_command": ["bin/smoke", "--x"]})
     cmds = adapter.commands("/srv/a/releases/1", ["q1", "q2"], 5)

@@ -322,3 +322,15 @@ def test_plan_takes_the_edges_of_what_it_allows():
 def test_a_celery_worker_started_by_celery_gets_a_node_name_per_instance(command, adapter, tail):
     (worker,) = _plan([{"name": "w", "command": command, "adapter": adapter, "celery_app": "r"}])
     assert worker["exec_start"].endswith(tail), worker["exec_start"]
+
+
+def test_an_rq_worker_is_one_rq_worker_per_instance_and_feeds_no_watchdog():
+    (worker,) = _plan([{"name": "worker", "command": ["/srv/p/venv/bin/rq", "worker", "-q", "parcel.scales"],
+                        "adapter": "rq", "instances": 2}])
+    assert worker["units"] == ["shop-worker@1.service", "shop-worker@2.service"]
+    # Its own script around rq.Worker is its business.
+    _plan([{"name": "worker", "command": ["/srv/p/bin/my-worker"], "adapter": "rq"}])
+    with pytest.raises(UnitSpecError, match=r"adapter rq runs one RQ worker per instance.*rq worker-pool"):
+        _plan([{"name": "worker", "command": ["/srv/p/venv/bin/rq", "worker-pool", "-n", "3"], "adapter": "rq"}])
+    with pytest.raises(UnitSpecError, match=r"sturdy_processes\[worker\]\.watchdog_sec: only the agent inside a Celery worker"):
+        _plan([{"name": "worker", "command": ["/srv/p/venv/bin/rq", "worker"], "adapter": "rq", "watchdog_sec": 30}])

@@ -1,0 +1,1 @@
+"""parcel: an RQ app for sturdy.workers' tests."""

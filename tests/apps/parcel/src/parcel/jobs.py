@@ -1,0 +1,23 @@
+"""The jobs `rq worker parcel.scales` runs: each weighs a parcel for a while and records where it ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+from rq import get_current_job
+
+WEIGHED = "parcel:weighed"
+
+
+def weigh(parcel_id: str, seconds: float = 0.0) -> dict:
+    """Take `seconds`, then record which build, unit and host weighed `parcel_id` (HSET parcel:weighed)."""
+    started = time.time()
+    time.sleep(seconds)
+    done = {"build": os.environ.get("STURDY_BUILD_ID"), "host": socket.gethostname(),
+            "unit": "{}@{}".format(os.environ.get("STURDY_PROCESS"), os.environ.get("STURDY_INSTANCE")),
+            "started": started, "ended": time.time()}
+    get_current_job().connection.hset(WEIGHED, parcel_id, json.dumps(done))
+    return done
