@@ -99,7 +99,7 @@ unit: venv promtool collection-copy
 ## molecule: every scenario, both platforms, in lanes side by side (SCENARIOS=x runs only x)
 # The hosts mostly wait (restarts, stop timeouts, smoke jobs, task streams): the longest scenario runs beside the
 # others; ownapp (the README walkthrough) has a lane of its own. Every scenario has its own hosts and network.
-MOLECULE_LANES ?= deploy:release worker rabbitmq:ownapp
+MOLECULE_LANES ?= deploy:release worker rabbitmq:ownapp rq
 # Molecule finds the collection through this link to the checkout (its prerun is off: see .config/molecule).
 MOLECULE_COLLECTIONS := $(CURDIR)/.build/molecule-collections
 molecule-collections:

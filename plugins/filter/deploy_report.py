@@ -133,8 +133,9 @@ def _queue_line(name: str, q: dict) -> str:
     if q.get("error"):
         return f"queue {name}: not read ({q['error']})"
     depth = q.get("depth") or 0
-    words = [f"{depth} waiting" + (f", the oldest for {duration_words(q['oldest_age'])}" if depth and q.get("oldest_age")
-                                   else "")]
+    words = [] if "depth" not in q else [
+        f"{depth} waiting" + (f", the oldest for {duration_words(q['oldest_age'])}" if depth and q.get("oldest_age")
+                              else "")]
     if depth and q.get("rate_limit"):
         words.append(f"drains in {duration_words(q['drain_seconds'])} at the soonest (rate_limit "
                      f"{q['rate_limit']:g}/s)")
@@ -159,6 +160,9 @@ def deploy_report(records, run, plan, finished, rollback=True):
             queues[q["queue"]] = {k: q.get(k) for k in ("depth", "oldest_age", "dead_letter_depth", "consumers",
                                                         "rate_limit", "drain_seconds", "error")}
             queues[q["queue"]]["smoke"] = smoked.get(q["queue"])
+        for queue, smoke in smoked.items():
+            # A queue the status does not read (not Celery's): its smoke job alone.
+            queues.setdefault(queue, {"smoke": smoke})
         switch = record.get("switch") or {}
         for phase, at in (record.get("marks") or {}).items():
             marks.setdefault(phase, []).append(float(at))

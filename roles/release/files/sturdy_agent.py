@@ -994,8 +994,9 @@ def _text(value) -> str:
 def rq_registered_answer(token: str, worker: dict) -> dict:
     """A busy worker's answer, from the registration its main process wrote at its start (sturdy_build_id...): its horse
     runs a job that may take long, so the smoke job is not waited for."""
-    busy = {"id": worker.get("sturdy_job"), "name": worker.get("sturdy_job_name"),
-            "started": float(worker.get("sturdy_job_started") or 0) or None}
+    started = float(worker.get("sturdy_job_started") or 0) or None
+    busy = {"id": worker.get("sturdy_job"), "name": worker.get("sturdy_job_name"), "started": started,
+            "running_for": round(time.time() - started, 1) if started else None}
     return {"token": token, "ran_in": "worker", "busy": [busy],
             "build_id": worker.get("sturdy_build_id") or None, "release": worker.get("sturdy_release") or None,
             "host": worker.get("hostname"), "unit": worker.get("sturdy_unit"), "pid": worker.get("sturdy_pid"),

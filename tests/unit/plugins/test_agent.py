@@ -126,7 +126,8 @@ def test_a_busy_rq_worker_answers_from_its_registration_naming_the_job_its_horse
               "sturdy_job_started": "1796368036.5"}
     got = agent.rq_registered_answer("tok", worker)
     assert got["ran_in"] == "worker" and got["busy"] == [{"id": "p-9", "name": "parcel.jobs.weigh",
-                                                          "started": 1796368036.5}]
+                                                          "started": 1796368036.5, "running_for": got["busy"][0]["running_for"]}]
+    assert got["busy"][0]["running_for"] > 0
     assert (got["build_id"], got["host"], got["unit"], got["pid"], got["queues"]) == (
         "b7", "h1", "parcel-worker@1.service", "412", ["parcel.scales"])
 

@@ -101,3 +101,11 @@ def test_the_report_says_how_each_instance_and_queue_was_proven_under_a_backlog(
         "queue default: 40 waiting, no smoke job sent behind the 41 then waiting: consumed by 2 worker(s) on build 2",
         "queue mail: 0 waiting, smoke job answered by build 2 in 0.2s",
     ]
+
+
+def test_a_queue_the_status_does_not_read_still_shows_its_smoke_job():
+    # An RQ queue: the deploy smoke-tested it, app_status did not read it (no depth): no "0 waiting" made up.
+    rq = dict(record(), queue_smoke=[{"queue": "parcel.scales", "ok": True, "latency": 0.1, "answer": {"build_id": "2"}}])
+    rep = deploy_report({"h1": rq}, RUN, PLAN, 1070.0)
+    assert rep["queues"]["parcel.scales"]["smoke"]["ok"] is True
+    assert rep["summary"][-1] == "queue parcel.scales: smoke job answered by build 2 in 0.1s"

@@ -1,0 +1,96 @@
+"""An RQ app (tests/apps/parcel) deployed by the collection on bookworm and trixie: each `rq worker` instance is
+ready when it listens and answers its own smoke job with the build; a busy instance answers at once; a rolling
+restart while jobs flow lets running jobs finish (RQ's warm shutdown) and loses none. The tests run in order."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from conftest import (B1, B2, EPHEMERAL, HOSTS, SCENARIO_DIR, SECRET, UNITS, URL, host, in_release, playbook, redis,
+                      report, running_job, succeeded, wait_for)
+
+LONG = 15  # seconds: a job still running when its worker is told to stop
+
+
+def test_build_1_each_instance_is_ready_once_it_listens_and_answered_its_smoke_job():
+    rep = report()
+    assert (rep["result"], rep["build_id"]) == ("success", B1), rep["message"]
+    for name in HOSTS:
+        h = host(name)
+        for n, unit in enumerate(UNITS, 1):
+            assert rep["hosts"][name]["instances"][unit]["smoke_build"] == B1
+            shown = h.check_output(f"systemctl show -p Type -p NotifyAccess -p StatusText -p ActiveState {unit}")
+            # Ready from the agent inside rq worker, once its warm-shutdown handler is in place.
+            assert "Type=notify" in shown and "ActiveState=active" in shown, shown
+            assert f"StatusText=listening on sturdy.smoke.parcel-worker@{n}.{name}, parcel.scales" in shown, shown
+            # RQ_REDIS_URL came as a credential: not in the unit, its properties or the journal.
+            assert SECRET not in h.check_output(f"systemctl cat {unit}") + h.check_output(f"systemctl show {unit}")
+        assert SECRET not in h.check_output("journalctl -u 'parcel-*' --no-pager")
+    # The real queue: one job through parcel.scales, answered by a worker of build 1.
+    smoke = rep["queues"]["parcel.scales"]["smoke"]
+    assert smoke["ok"] and smoke["answer"]["build_id"] == B1, smoke
+
+
+def test_a_busy_instance_answers_its_smoke_job_at_once_naming_the_job_it_runs():
+    in_release("rq-bookworm", f"venv/bin/parcel-send busy 4 --seconds {LONG}")
+    wait_for("every instance running a busy-* job", lambda: all(
+        running_job(name, unit).startswith("busy-") for name in HOSTS for unit in UNITS), timeout=30)
+    succeeded(playbook("-e", f"smoke_build={B1}", str(SCENARIO_DIR / "smoke.yml")))
+    for name in HOSTS:
+        answers = json.loads((EPHEMERAL / f"smoke-{name}.json").read_text())
+        assert sorted(a["unit"] for a in answers) == UNITS
+        for a in answers:
+            # Not waited for behind a 15 s job: the main process's registration answered, naming the job.
+            assert a["ok"] and a["answer"]["ran_in"] == "worker", a
+            assert a["answer"]["busy"][0]["id"].startswith("busy-") and a["answer"]["build_id"] == B1, a
+            assert str(a["answer"]["pid"]) == host(name).check_output(f"systemctl show -P MainPID {a['unit']}")
+    # No smoke job is left behind in the instances' queues to answer a later deploy.
+    for name in HOSTS:
+        for n in (1, 2):
+            assert redis("llen", f"'rq:queue:sturdy.smoke.parcel-worker@{n}.{name}'") == "0"
+
+
+def test_a_stop_lets_the_running_job_finish_then_the_instance_is_ready_again():
+    h, unit = host("rq-bookworm"), UNITS[0]
+    job = running_job("rq-bookworm", unit)
+    assert job.startswith("busy-"), job
+    pid = h.check_output(f"systemctl show -P MainPID {unit}")
+    since = h.check_output("date '+%Y-%m-%d %H:%M:%S'")
+    # SIGTERM (KillMode=mixed: to rq worker only) is RQ's warm shutdown: the work horse finishes its job first.
+    h.check_output(f"systemctl restart {unit}")
+    done = json.loads(redis("hget", "parcel:weighed", job))
+    assert done["build"] == B1 and done["ended"] - done["started"] >= LONG, done
+    journal = h.check_output(f"journalctl -u {unit} --since '{since}' --no-pager -o cat")
+    asked, ok = journal.find("warm shut down requested"), journal.find(f"Job OK ({job})")
+    assert -1 < asked < ok, journal[-3000:]
+    assert h.check_output(f"systemctl show -P MainPID {unit}") != pid
+    assert "StatusText=listening on" in h.check_output(f"systemctl show -p StatusText {unit}")
+    assert redis("zcard", "'rq:failed:parcel.scales'") == "0"
+
+
+def test_build_2_rolls_out_while_jobs_flow_running_jobs_finish_and_none_is_lost():
+    succeeded(playbook("sturdy.workers.build", "-e", f"sturdy_build_id={B2}"))
+    # A stream of jobs of 1 s, 4 a second: about what the four instances take, so a backlog builds while one restarts.
+    stream = subprocess.Popen(["podman", "exec", "rq-trixie", "sh", "-c",
+                               f"cd /srv/parcel/current && RQ_REDIS_URL='{URL}' "
+                               "venv/bin/parcel-send flow --stream /tmp/stop-flow --every 0.25 --seconds 1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    deployed = playbook("sturdy.workers.deploy", "-e", f"sturdy_build_id={B2}", "-e", "sturdy_deploy_hosts=apps")
+    time.sleep(3)
+    host("rq-trixie").check_output("touch /tmp/stop-flow")
+    out, err = stream.communicate(timeout=400)
+    succeeded(deployed)
+    rep = report()
+    assert (rep["result"], rep["build_id"]) == ("success", B2), rep["message"]
+    for name in HOSTS:
+        for unit in UNITS:
+            inst = rep["hosts"][name]["instances"][unit]
+            assert inst["restarted"] and inst["smoke_build"] == B2, inst
+    flow = json.loads(out.strip().splitlines()[-1])
+    assert flow["sent"] > 40 and flow["missing"] == [] and flow["failed"] == [], (flow, err[-2000:])
+    # Jobs ran on both builds: they flowed through the restart.
+    assert set(flow["builds"]) == {B1, B2}, flow
+    assert redis("zcard", "'rq:failed:parcel.scales'") == "0"
