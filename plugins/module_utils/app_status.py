@@ -326,12 +326,13 @@ def default_readlink(path: str) -> str | None:
         return None
 
 
-def queue_groups(plan: dict, only=None) -> list[dict]:
-    """The app's Celery process types, each with the queues it is the first to name (two process types may share
-    one: a queue twice would be two identical metric series, which node_exporter refuses). `only`: just these."""
+def queue_groups(plan: dict, only=None, adapters=("celery",)) -> list[dict]:
+    """The app's Celery process types (or those of `adapters`), each with the queues it is the first to name (two
+    process types may share one: a queue twice would be two identical metric series, which node_exporter refuses).
+    `only`: just these."""
     found, seen = [], set()
     for proc in plan.get("processes", []):
-        if proc.get("adapter") != "celery" or not proc.get("celery_app"):
+        if proc.get("adapter") not in adapters or (proc.get("adapter") == "celery" and not proc.get("celery_app")):
             continue
         queues = [q for q in dict.fromkeys(proc.get("queues") or []) if q not in seen and (not only or q in only)]
         if queues:
@@ -341,9 +342,12 @@ def queue_groups(plan: dict, only=None) -> list[dict]:
 
 
 def queue_commands(plan: dict, release: str, timeout: float) -> list[tuple[dict, list[str]]]:
-    """The agent's stats command for the app's Celery process types (depth, oldest, consumers, dead letters)."""
-    return [(proc, [f"{release}/venv/bin/python", "-m", "sturdy_agent", "stats", "--timeout", f"{timeout:g}",
-                    "--celery-app", proc["celery_app"], *proc["queues"]]) for proc in queue_groups(plan)]
+    """The agent's stats command for the app's Celery process types (depth, oldest, consumers, dead letters) and RQ
+    ones (depth, oldest, consumers, failed jobs)."""
+    python = f"{release}/venv/bin/python"
+    return [(proc, [python, "-m", "sturdy_agent", "rq-stats", *proc["queues"]] if proc["adapter"] == "rq" else
+             [python, "-m", "sturdy_agent", "stats", "--timeout", f"{timeout:g}", "--celery-app", proc["celery_app"],
+              *proc["queues"]]) for proc in queue_groups(plan, adapters=("celery", "rq"))]
 
 
 def parse_queue_stats(proc: dict, rc: int, out: str, err: str) -> list[dict]:
@@ -389,6 +393,11 @@ def queue_problems(queues: list[dict], age_limit: float) -> list[str]:
                             "does not register, arguments the task cannot take). Next: ansible-playbook "
                             "sturdy.workers.dead_letters lists them with their reasons; fix the cause, then requeue "
                             "them (-e sturdy_dead_letters_action=requeue)")
+        if q.get("failed_jobs"):
+            problems.append(f"queue {name} has {q['failed_jobs']} job(s) in RQ's failed job registry: jobs that raised, "
+                            "timed out or whose work horse was killed. Next: rq info and the workers' journal say "
+                            f"why; fix the cause, then rq requeue --queue {name} --all (from the release, with "
+                            "RQ_REDIS_URL)")
         if q.get("oldest_age") is not None and q["oldest_age"] > age_limit and q.get("consumers"):
             waited = (f"queue {name}: the oldest message{task} has waited {duration_words(q['oldest_age'])} "
                       f"(more than {duration_words(age_limit)}) with {depth} waiting and "

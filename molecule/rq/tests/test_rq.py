@@ -94,3 +94,19 @@ def test_build_2_rolls_out_while_jobs_flow_running_jobs_finish_and_none_is_lost(
     # Jobs ran on both builds: they flowed through the restart.
     assert set(flow["builds"]) == {B1, B2}, flow
     assert redis("zcard", "'rq:failed:parcel.scales'") == "0"
+
+
+def test_status_shows_each_instance_on_build_2_the_queue_its_workers_and_a_failed_job_with_the_next_step():
+    # A job the build cannot run: RQ moves it to its failed job registry, and the status says so.
+    in_release("rq-bookworm", "venv/bin/python -c \"import os, redis, rq; rq.Queue('parcel.scales', "
+                              "connection=redis.Redis.from_url(os.environ['RQ_REDIS_URL'])).enqueue('parcel.jobs.nope', "
+                              "job_id='nope-1')\"")
+    wait_for("nope-1 in the failed job registry", lambda: redis("zscore", "'rq:failed:parcel.scales'", "nope-1"))
+    result = playbook("sturdy.workers.status", "-e", "sturdy_status_hosts=apps")
+    assert SECRET not in result.stdout + result.stderr
+    rep = json.loads((EPHEMERAL / "status.json").read_text())
+    assert rep["builds"] == {B2: sorted(HOSTS)}, rep["builds"]
+    queue = rep["queues"]["parcel.scales"]
+    assert queue["depth"] == 0 and len(queue["consumers"]) == 4 and queue["failed_jobs"] == 1, queue
+    assert any("1 job(s) in RQ's failed job registry" in p and "rq requeue --queue parcel.scales --all" in p
+               for p in rep["problems"]), rep["problems"]

@@ -1083,6 +1083,34 @@ def rq_smoke_client(targets: list[str], timeout: float) -> list[dict]:
     return [found[queue] for queue in targets if queue in found]
 
 
+def rq_queue_stats(queues: list[str]) -> list[dict]:
+    """Depth, oldest waiting job (RQ pushes to the tail and pops the head), live workers and failed jobs of each queue."""
+    from redis import Redis  # pylint: disable=import-outside-toplevel
+    from rq import Queue  # pylint: disable=import-outside-toplevel
+    from rq.registry import FailedJobRegistry  # pylint: disable=import-outside-toplevel
+
+    conn = Redis.from_url(rq_url_from_credentials() or "")
+    found = []
+    for name in queues:
+        entry = {"queue": name, "depth": 0, "oldest_task": None, "oldest_age": None, "dead_letter_depth": None}
+        try:
+            queue = Queue(name, connection=conn)
+            entry["depth"] = queue.count
+            first = conn.lindex(queue.key, 0) if entry["depth"] else None
+            if first:
+                job = conn.hmget(f"rq:job:{_text(first)}", "enqueued_at", "description")
+                if job[0]:
+                    enqueued = datetime.datetime.fromisoformat(_text(job[0]).replace("Z", "+00:00"))
+                    entry["oldest_age"] = round(time.time() - enqueued.timestamp(), 1)
+                entry["oldest_task"] = _text(job[1]).split("(", 1)[0] if job[1] else None
+            entry["consumers"] = sorted(w["name"] for w in rq_workers(conn, name))
+            entry["failed_jobs"] = FailedJobRegistry(name, connection=conn).count
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+        found.append(entry)
+    return found
+
+
 # What a broker (or result backend) that does not answer raises: kombu's, redis-py's and the socket's own errors.
 UNREACHABLE = ("OperationalError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError",
                "RecvError", "AMQPConnectionError", "gaierror")
@@ -1331,6 +1359,8 @@ def main(argv=None) -> int:
                                              "print the answers as JSON")
     rq_cmd.add_argument("--timeout", type=float, default=30.0)
     rq_cmd.add_argument("queues", nargs="+")
+    rq_stats_cmd = sub.add_parser("rq-stats", help="print depth, oldest job, workers and failed jobs of each RQ queue")
+    rq_stats_cmd.add_argument("queues", nargs="+")
     sub.add_parser("queue", help="print the smoke queue of this unit (from STURDY_APP/PROCESS/INSTANCE)")
     stats_cmd = sub.add_parser("stats", help="print depth, oldest message and consumers of each queue as JSON")
     stats_cmd.add_argument("--celery-app", required=True)
@@ -1372,6 +1402,9 @@ def main(argv=None) -> int:
         return 0
     if args.command == "queue":
         print(own_smoke_queue() or "")
+        return 0
+    if args.command == "rq-stats":
+        print(json.dumps(rq_queue_stats(args.queues), sort_keys=True))
         return 0
     if args.command == "rq-smoke":
         print(json.dumps(rq_smoke_client(args.queues, args.timeout), sort_keys=True))

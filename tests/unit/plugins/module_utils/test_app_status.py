@@ -17,6 +17,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
     parse_journal,
     parse_queue_stats,
     queue_commands,
+    queue_groups,
     queue_problems,
     running_build,
 )
@@ -163,6 +164,23 @@ def test_a_queue_two_process_types_consume_is_read_once():
          "queues": ["high", "mail"]}])
     got = [(proc["name"], argv[8:]) for proc, argv in queue_commands(shared, "/r", 1.0)]
     assert got == [("worker", ["default", "high"]), ("mail", ["mail"])]
+
+
+def test_rq_queues_are_read_by_the_agents_rq_client_and_their_failed_jobs_are_a_problem():
+    both = plan("parcel", processes=[
+        {"name": "worker", "command": ["venv/bin/rq", "worker", "parcel.scales"], "adapter": "rq",
+         "queues": ["parcel.scales"]},
+        {"name": "mail", "command": ["bin/w"], "adapter": "celery", "celery_app": "parcel.celery", "queues": ["mail"]}])
+    got = [argv for dummy, argv in queue_commands(both, "/r", 1.0)]
+    assert got == [["/r/venv/bin/python", "-m", "sturdy_agent", "rq-stats", "parcel.scales"],
+                   ["/r/venv/bin/python", "-m", "sturdy_agent", "stats", "--timeout", "1", "--celery-app",
+                    "parcel.celery", "mail"]]
+    # Dead letters and the rest stay Celery's.
+    assert [p["name"] for p in queue_groups(both)] == ["mail"]
+    problems = queue_problems([{"queue": "parcel.scales", "depth": 0, "consumers": ["a1"], "failed_jobs": 3}], 600)
+    assert problems == ["queue parcel.scales has 3 job(s) in RQ's failed job registry: jobs that raised, timed out or "
+                        "whose work horse was killed. Next: rq info and the workers' journal say why; fix the cause, "
+                        "then rq requeue --queue parcel.scales --all (from the release, with RQ_REDIS_URL)"]
 
 
 def test_queue_stats_that_cannot_be_read_say_why_per_queue():
