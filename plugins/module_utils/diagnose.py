@@ -113,6 +113,8 @@ def kernel_oom(lines: list[str], unit: str) -> list[str]:
 def task_words(task: dict) -> str:
     """What became of a task that was running when its worker died (state from the result backend, and whether
     the broker still holds it unacknowledged)."""
+    if "rq_status" in task and not task.get("error"):
+        return rq_job_words(task)
     state = task.get("state")
     if state == "SUCCESS":
         return "it ran again and succeeded (redelivered: task_acks_late did its job)"
@@ -129,6 +131,23 @@ def task_words(task: dict) -> str:
         return ("no result, not in its queue and not held unacknowledged: lost, unless it has no result backend "
                 "(a worker with task_acks_late off acknowledges a task before running it)")
     return f"its state could not be read ({task.get('error', 'no answer')})"
+
+
+def rq_job_words(job: dict) -> str:
+    """What became of an RQ job whose worker died: RQ does not run it again by itself."""
+    status, queue = job.get("rq_status"), job.get("queue") or "<queue>"
+    requeue = f"rq requeue --queue {queue} {job.get('id')} (from the release, with RQ_REDIS_URL)"
+    if status == "finished":
+        return "it ran to its end"
+    if status == "failed":
+        return (f"RQ put it in the failed job registry (a job whose work horse was killed is not run again). Next: "
+                f"once the cause is fixed, {requeue}")
+    if status == "started":
+        return ("RQ still lists it as started: with its worker gone, RQ moves it to the failed job registry once its "
+                f"heartbeat lapses, and does not run it again. Next: once it is there, {requeue}")
+    if status in ("queued", "deferred", "scheduled"):
+        return f"it is back in its queue ({status}), waiting for a worker"
+    return "RQ has no record of it any more (its result expired)"
 
 
 def cause(result: str, death: dict | None, signs: list[str], oom: bool, empty_log: bool, tb: list[str],

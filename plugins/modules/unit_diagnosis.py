@@ -183,11 +183,11 @@ def main():
 def with_task_states(module, tools, plan, unit, tasks):
     """Ask the agent, from the release current names, what became of the tasks."""
     proc = next((x for x in plan["processes"] if unit in x["units"] or re.match(x["unit_pattern"], unit)), None)
-    if not proc or proc.get("adapter") != "celery" or not proc.get("celery_app"):
+    if not proc or not (proc.get("adapter") == "rq" or (proc.get("adapter") == "celery" and proc.get("celery_app"))):
         return tasks
     release = os.path.realpath(plan["current"])
-    argv = [f"{release}/venv/bin/python", "-m", "sturdy_agent", "tasks", "--celery-app", proc["celery_app"],
-            *[str(t.get("id")) for t in tasks]]
+    ask = ["rq-jobs"] if proc["adapter"] == "rq" else ["tasks", "--celery-app", proc["celery_app"]]
+    argv = [f"{release}/venv/bin/python", "-m", "sturdy_agent", *ask, *[str(t.get("id")) for t in tasks]]
     cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
                          proc.get("environment", {}), argv)
     rc, out, err = module.run_command([tools["systemd-run"], *cmd[1:]], environ_update=ENV)
@@ -198,7 +198,7 @@ def with_task_states(module, tools, plan, unit, tasks):
     for t in tasks:
         got = states.get(str(t.get("id")))
         if got:
-            t.update(state=got.get("state"), unacked=got.get("unacked"), error=got.get("error"))
+            t.update({k: got[k] for k in ("state", "unacked", "rq_status", "queue", "error") if k in got})
         else:
             t["error"] = f"the agent could not be asked (rc {rc}): {(out + err).strip()[-200:]}"
     return tasks

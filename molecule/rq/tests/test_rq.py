@@ -110,3 +110,17 @@ def test_status_shows_each_instance_on_build_2_the_queue_its_workers_and_a_faile
     assert queue["depth"] == 0 and len(queue["consumers"]) == 4 and queue["failed_jobs"] == 1, queue
     assert any("1 job(s) in RQ's failed job registry" in p and "rq requeue --queue parcel.scales --all" in p
                for p in rep["problems"]), rep["problems"]
+
+
+def test_a_worker_killed_mid_job_is_diagnosed_with_the_job_and_what_rq_did_with_it():
+    in_release("rq-bookworm", "venv/bin/parcel-send doomed 4 --seconds 20")
+    unit = UNITS[1]
+    job = wait_for(f"{unit} running a doomed-* job", lambda: (lambda j: j if j.startswith("doomed-") else "")(
+        running_job("rq-bookworm", unit)), timeout=30)
+    host("rq-bookworm").check_output(f"systemctl kill -s KILL {unit}")
+    result = succeeded(playbook("sturdy.workers.diagnose", "-e", f"sturdy_diagnose_unit={unit}", "--limit",
+                                "rq-bookworm"))
+    said_ = " ".join(result.stdout.split())
+    # The agent's record of the job, and RQ's own state of it: not run again by RQ, with the command that requeues it.
+    assert f"it was running parcel.jobs.weigh[{job}]" in said_, said_[-3000:]
+    assert "RQ still lists it as started" in said_ and f"rq requeue --queue parcel.scales {job}" in said_, said_[-3000:]

@@ -1111,6 +1111,22 @@ def rq_queue_stats(queues: list[str]) -> list[dict]:
     return found
 
 
+def rq_job_states(ids: list[str]) -> list[dict]:
+    """Each RQ job's status (queued, started, finished, failed...; None once RQ forgot it) and its queue."""
+    from redis import Redis  # pylint: disable=import-outside-toplevel
+
+    conn = Redis.from_url(rq_url_from_credentials() or "")
+    found = []
+    for job_id in ids:
+        try:
+            status, origin = conn.hmget(f"rq:job:{job_id}", "status", "origin")
+            found.append({"id": job_id, "rq_status": _text(status) if status else None,
+                          "queue": _text(origin) if origin else None})
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per job
+            found.append({"id": job_id, "error": f"{type(exc).__name__}: {exc}"})
+    return found
+
+
 # What a broker (or result backend) that does not answer raises: kombu's, redis-py's and the socket's own errors.
 UNREACHABLE = ("OperationalError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError",
                "RecvError", "AMQPConnectionError", "gaierror")
@@ -1361,6 +1377,8 @@ def main(argv=None) -> int:
     rq_cmd.add_argument("queues", nargs="+")
     rq_stats_cmd = sub.add_parser("rq-stats", help="print depth, oldest job, workers and failed jobs of each RQ queue")
     rq_stats_cmd.add_argument("queues", nargs="+")
+    rq_jobs_cmd = sub.add_parser("rq-jobs", help="print each RQ job's status and queue")
+    rq_jobs_cmd.add_argument("ids", nargs="+")
     sub.add_parser("queue", help="print the smoke queue of this unit (from STURDY_APP/PROCESS/INSTANCE)")
     stats_cmd = sub.add_parser("stats", help="print depth, oldest message and consumers of each queue as JSON")
     stats_cmd.add_argument("--celery-app", required=True)
@@ -1402,6 +1420,9 @@ def main(argv=None) -> int:
         return 0
     if args.command == "queue":
         print(own_smoke_queue() or "")
+        return 0
+    if args.command == "rq-jobs":
+        print(json.dumps(rq_job_states(args.ids), sort_keys=True))
         return 0
     if args.command == "rq-stats":
         print(json.dumps(rq_queue_stats(args.queues), sort_keys=True))

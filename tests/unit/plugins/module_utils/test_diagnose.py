@@ -110,6 +110,14 @@ def test_oom_helpers():
     ({"state": "PENDING", "unacked": True}, "not acknowledged: the broker holds it"),
     ({"state": "PENDING", "unacked": False}, "no result, not in its queue and not held unacknowledged: lost"),
     ({"error": "boom"}, "its state could not be read (boom)"),
+    # RQ: a job whose work horse died is not run again by RQ; the operator requeues it.
+    ({"id": "j1", "rq_status": "failed", "queue": "parcel.scales"},
+     "RQ put it in the failed job registry (a job whose work horse was killed is not run again). Next: once the cause "
+     "is fixed, rq requeue --queue parcel.scales j1"),
+    ({"id": "j1", "rq_status": "started", "queue": "parcel.scales"}, "RQ still lists it as started"),
+    ({"id": "j1", "rq_status": "finished"}, "it ran to its end"),
+    ({"id": "j1", "rq_status": None}, "RQ has no record of it any more"),
+    ({"id": "j1", "rq_status": None, "error": "boom"}, "its state could not be read (boom)"),
 ])
 def test_what_became_of_an_interrupted_task(task, words):
     assert task_words(task).startswith(words)

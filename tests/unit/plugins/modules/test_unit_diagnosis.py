@@ -57,8 +57,18 @@ def test_the_agent_is_asked_what_became_of_the_interrupted_tasks():
     module = FakeModule((0, 'celery logs a line\n[{"id": "t1", "state": "PENDING", "unacked": true}]\n', ""))
     tasks = unit_diagnosis.with_task_states(module, {"systemd-run": "/usr/bin/systemd-run"}, celery,
                                             "shop-worker@1.service", [{"id": "t1"}, {"id": "t2"}])
-    assert tasks[0] == {"id": "t1", "state": "PENDING", "unacked": True, "error": None}
+    assert tasks[0] == {"id": "t1", "state": "PENDING", "unacked": True}
     assert tasks[1]["error"].startswith("the agent could not be asked (rc 0)")
     argv = module.calls[0]
     assert argv[0] == "/usr/bin/systemd-run" and "--uid=shop" in argv
     assert argv[-5:] == ["tasks", "--celery-app", "shop.celery", "t1", "t2"]
+
+
+def test_an_rq_workers_jobs_are_asked_of_rq():
+    worker = {"name": "worker", "command": ["venv/bin/rq", "worker", "q"], "adapter": "rq"}
+    rq = plan("parcel", root="/nonexistent/parcel", processes=[worker])
+    module = FakeModule((0, '[{"id": "j1", "rq_status": "failed", "queue": "q"}]\n', ""))
+    tasks = unit_diagnosis.with_task_states(module, {"systemd-run": "/usr/bin/systemd-run"}, rq,
+                                            "parcel-worker@1.service", [{"id": "j1"}])
+    assert tasks == [{"id": "j1", "rq_status": "failed", "queue": "q"}]
+    assert module.calls[0][-2:] == ["rq-jobs", "j1"]
