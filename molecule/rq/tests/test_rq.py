@@ -115,8 +115,8 @@ def test_status_shows_each_instance_on_build_2_the_queue_its_workers_and_a_faile
 def test_a_worker_killed_mid_job_is_diagnosed_with_the_job_and_what_rq_did_with_it():
     in_release("rq-bookworm", "venv/bin/parcel-send doomed 4 --seconds 20")
     unit = UNITS[1]
-    job = wait_for(f"{unit} running a doomed-* job", lambda: (lambda j: j if j.startswith("doomed-") else "")(
-        running_job("rq-bookworm", unit)), timeout=30)
+    job = wait_for(f"{unit} running a doomed-* job",
+                   lambda: "".join(j for j in [running_job("rq-bookworm", unit)] if j.startswith("doomed-")), timeout=30)
     host("rq-bookworm").check_output(f"systemctl kill -s KILL {unit}")
     result = succeeded(playbook("sturdy.workers.diagnose", "-e", f"sturdy_diagnose_unit={unit}", "--limit",
                                 "rq-bookworm"))
