@@ -234,23 +234,30 @@ def loaded_build() -> tuple[str | None, str | None]:
         return release, None
 
 
-def answer(token: str, conf, consumed: list[str], ran_in: str = "pool", busy: list | None = None) -> dict:
-    """What the smoke job answers: from the pool (ran_in "pool"), or from the worker's main process while every pool
-    slot is busy (ran_in "worker", busy: the tasks occupying the slots)."""
+def identity(token: str, ran_in: str, busy: list, consumed: list[str], pid: int) -> dict:
+    """Who answers a smoke job: the build of the release its code was loaded from, where it runs, what it consumes."""
     release, build_id = loaded_build()
-    options = conf.broker_transport_options or {}
     return {
         "token": token,
         "ran_in": ran_in,
-        "busy": busy or [],
+        "busy": busy,
         "build_id": build_id,
         "release": release,
         "cwd": os.path.realpath(os.getcwd()),
         "env_build_id": os.environ.get("STURDY_BUILD_ID"),
         "host": socket.gethostname(),
         "unit": unit_name(),
-        "pid": _STATE.get("main_pid", os.getpid()),
-        "queues": sorted(q for q in consumed if not q.startswith("sturdy.smoke.")),
+        "pid": pid,
+        "queues": sorted(q for q in consumed if not q.startswith(SMOKE_PREFIX)),
+    }
+
+
+def answer(token: str, conf, consumed: list[str], ran_in: str = "pool", busy: list | None = None) -> dict:
+    """What the smoke job answers: from the pool (ran_in "pool"), or from the worker's main process while every pool
+    slot is busy (ran_in "worker", busy: the tasks occupying the slots)."""
+    options = conf.broker_transport_options or {}
+    return {
+        **identity(token, ran_in, busy or [], consumed, _STATE.get("main_pid", os.getpid())),
         "settings": {
             "acks_late": bool(conf.task_acks_late),
             "reject_on_worker_lost": bool(conf.task_reject_on_worker_lost),
@@ -800,28 +807,10 @@ def rq_url_from_credentials(environ=None) -> str | None:
     return environ.get(RQ_URL)
 
 
-def rq_answer(token: str, ran_in: str = "pool") -> dict:
-    """What the RQ smoke job answers, from the work horse: the build of the release its code was loaded from."""
-    release, build_id = loaded_build()
-    return {
-        "token": token,
-        "ran_in": ran_in,
-        "busy": [],
-        "build_id": build_id,
-        "release": release,
-        "cwd": os.path.realpath(os.getcwd()),
-        "env_build_id": os.environ.get("STURDY_BUILD_ID"),
-        "host": socket.gethostname(),
-        "unit": unit_name(),
-        "pid": _STATE.get("main_pid", os.getppid()),
-        "queues": sorted(q for q in _STATE.get("queues", []) if not q.startswith(SMOKE_PREFIX)),
-        "settings": {},
-    }
-
-
 def rq_smoke(token: str) -> dict:
-    """The smoke job of an RQ worker (RQ_SMOKE_JOB)."""
-    return rq_answer(token)
+    """The smoke job of an RQ worker (RQ_SMOKE_JOB), run by the work horse (its parent is the worker's main process)."""
+    return {**identity(token, "pool", [], _STATE.get("queues", []), _STATE.get("main_pid", os.getppid())),
+            "settings": {}}
 
 
 def install_rq_hooks() -> None:
