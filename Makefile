@@ -18,7 +18,7 @@ export ANSIBLE_INJECT_FACT_VARS := false
 export NO_COLOR := 1
 export ANSIBLE_NOCOLOR := 1
 
-.PHONY: test checks lint sanity unit molecule molecule-collections bench demo demo-clean host-packages venv promtool images collection-copy clean
+.PHONY: test checks lint sanity unit molecule molecule-collections bench demo demo-clean host-packages venv promtool images collection-copy collection-install clean
 
 ## test: everything CI runs (lint, sanity, unit tests, every molecule scenario on bookworm and trixie)
 # The static checks run one after another beside the molecule lanes, on the core the lanes leave idle while their
@@ -64,6 +64,13 @@ lint: venv
 	python tools/role_variables.py --check
 	python tools/yaml_duplicates.py
 	antsibull-changelog lint
+
+## collection-install: the collection as users install it: ansible-galaxy collection build (galaxy.yml's
+# build_ignore), then install from the tarball into .build/installed (what `make demo` runs)
+collection-install: venv
+	rm -rf $(CURDIR)/.build/installed $(CURDIR)/.build/dist
+	ansible-galaxy collection build $(CURDIR) --output-path $(CURDIR)/.build/dist
+	ansible-galaxy collection install --force $(CURDIR)/.build/dist/sturdy-workers-*.tar.gz -p $(CURDIR)/.build/installed
 
 collection-copy:
 	rm -rf $(COLLECTION) && mkdir -p $(COLLECTION)
@@ -117,7 +124,7 @@ bench: venv images molecule-collections
 	ANSIBLE_COLLECTIONS_PATH=$(MOLECULE_COLLECTIONS) python tools/bench.py
 
 ## demo: local broker + app hosts, demo build 1 then build 2 while tasks flow; prints the deploy report
-demo: venv images collection-copy
+demo: venv images collection-install
 	tools/demo.sh
 
 ## demo-clean: remove the demo hosts, their network and .demo/

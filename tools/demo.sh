@@ -6,7 +6,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 demo=$here/.demo
 net=sturdy-demo
-export ANSIBLE_COLLECTIONS_PATH=$here/.build
+export ANSIBLE_COLLECTIONS_PATH=$here/.build/installed
 export ANSIBLE_CONFIG=$demo/ansible.cfg
 # The scenario's prepare playbook builds its artifacts into $MOLECULE_EPHEMERAL_DIRECTORY/dist.
 export MOLECULE_EPHEMERAL_DIRECTORY=$demo
@@ -106,7 +106,7 @@ The demo hosts keep running. Look around:
   podman exec -it sturdy-demo-app bash            then: systemctl status 'shop-*'   ls -l /srv/shop
   podman exec sturdy-demo-app journalctl -u shop-worker@1 -n 30
   cat $demo/deploy-report.json                 the report of the last deploy
-  ANSIBLE_CONFIG=$demo/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$here/.build \\
+  ANSIBLE_CONFIG=$demo/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$here/.build/installed \\
     ansible-playbook sturdy.workers.rollback -e sturdy_deploy_hosts=apps
 Remove them with: make demo-clean
 NOTE
