@@ -27,6 +27,7 @@ HELP = {
     "sturdy_queue_consumers": ("gauge", "Workers that consume the queue and answered a ping."),
     "sturdy_queue_oldest_age_seconds": ("gauge", "How long the oldest waiting message has waited (0 when empty)."),
     "sturdy_queue_dead_letter_depth": ("gauge", "Messages in the queue's dead-letter queue (where the broker has one)."),
+    "sturdy_queue_failed_jobs": ("gauge", "Jobs in RQ's failed job registry for the queue (RQ queues)."),
     "sturdy_queue_read_ok": ("gauge", "1 when the queue could be read through the app's broker connection."),
     "sturdy_queue_age_limit_seconds": ("gauge", "The oldest age over which the queue is a problem "
                                                 "(sturdy_status_queue_age_limit)."),
@@ -106,6 +107,8 @@ def samples(status: dict, plan: dict, counts: dict[str, dict], last_deploy: dict
             out.append(("sturdy_queue_consumers", labels, len(queue.get("consumers") or [])))
         if queue.get("dead_letter_depth") is not None:
             out.append(("sturdy_queue_dead_letter_depth", labels, queue["dead_letter_depth"]))
+        if queue.get("failed_jobs") is not None:
+            out.append(("sturdy_queue_failed_jobs", labels, queue["failed_jobs"]))
         age = 0.0 if not queue.get("depth") else queue.get("oldest_age")
         if age is not None:
             out.append(("sturdy_queue_oldest_age_seconds", labels, float(age)))

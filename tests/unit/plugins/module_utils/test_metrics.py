@@ -29,7 +29,7 @@ STATUS = {
         {"name": "web", "instances": [instance("shop-web@1.service", state="failed")]},
     ],
     "queues": [{"queue": "default", "depth": 3, "oldest_age": 42.5, "consumers": [], "dead_letter_depth": 2},
-               {"queue": "mail", "depth": 0, "oldest_age": None, "consumers": ["w1@h", "w2@h"]},
+               {"queue": "mail", "depth": 0, "oldest_age": None, "consumers": ["w1@h", "w2@h"], "failed_jobs": 4},
                {"queue": "gone", "error": "the agent could not read it (rc 1): ConnectionRefusedError"}],
 }
 COUNTS = {"shop-worker@1.service": {"b2": {"succeeded": 5, "failed": 1}, "b1": {"succeeded": 2, "retried": 1}},
@@ -68,6 +68,8 @@ def test_every_instance_queue_and_count_becomes_a_sample():
     assert {labels["queue"]: value for labels, value in got["sturdy_queue_consumers"]} == {"default": 0, "mail": 2}
     # The dead-letter slot: only where the agent reports one.
     assert got["sturdy_queue_dead_letter_depth"] == [({"app": "shop", "queue": "default"}, 2)]
+    # RQ's failed job registry: only where the agent reads one (an RQ queue).
+    assert got["sturdy_queue_failed_jobs"] == [({"app": "shop", "queue": "mail"}, 4)]
     tasks = {(labels["unit"], labels["build"], labels["outcome"]): value for labels, value in got["sturdy_tasks_total"]}
     w1, w2 = "shop-worker@1.service", "shop-worker@2.service"
     assert tasks[(w1, "b2", "succeeded")] == 5 and tasks[(w2, "b2", "succeeded")] == 3
