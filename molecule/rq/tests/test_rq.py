@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from conftest import (B1, B2, EPHEMERAL, HOSTS, SCENARIO_DIR, SECRET, UNITS, URL, host, in_release, playbook, redis,
-                      report, running_job, succeeded, wait_for)
+                      report, running_job, said, succeeded, wait_for)
 
 LONG = 15  # seconds: a job still running when its worker is told to stop
 
@@ -124,3 +124,15 @@ def test_a_worker_killed_mid_job_is_diagnosed_with_the_job_and_what_rq_did_with_
     # The agent's record of the job, and RQ's own state of it: not run again by RQ, with the command that requeues it.
     assert f"it was running parcel.jobs.weigh[{job}]" in said_, said_[-3000:]
     assert "RQ still lists it as started" in said_ and f"rq requeue --queue parcel.scales {job}" in said_, said_[-3000:]
+
+
+def test_an_rq_worker_without_a_redis_url_fails_early_naming_it_and_nothing_changes():
+    before = {name: host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") for name in HOSTS}
+    result = playbook("sturdy.workers.deploy", "-e", json.dumps(
+        {"sturdy_build_id": B1, "sturdy_deploy_hosts": "apps", "sturdy_secrets": {}, "sturdy_secrets_required": []}))
+    assert result.returncode != 0
+    assert ("sturdy_processes[worker] (adapter rq): `rq worker` and the deploy's smoke client read the Redis URL from "
+            "RQ_REDIS_URL, and nothing gives it to them. Nothing was changed.") in said(result), said(result)[-3000:]
+    for name in HOSTS:
+        assert host(name).check_output("readlink /srv/parcel/current").endswith(B2)
+        assert host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") == before[name]
