@@ -127,6 +127,11 @@ def test_a_worker_killed_mid_job_is_diagnosed_with_the_job_and_what_rq_did_with_
 
 
 def test_an_rq_worker_without_a_redis_url_fails_early_naming_it_and_nothing_changes():
+    # The instance killed above is back first (systemd restarts it after RestartSec): then nothing may change.
+    # (systemctl is-active succeeds when any one of several units is active: each is read.)
+    wait_for("every instance active", lambda: all(
+        host(name).run(f"systemctl is-active {' '.join(UNITS)}").stdout.split() == ["active"] * len(UNITS)
+        for name in HOSTS), timeout=60)
     before = {name: host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") for name in HOSTS}
     result = playbook("sturdy.workers.deploy", "-e", json.dumps(
         {"sturdy_build_id": B1, "sturdy_deploy_hosts": "apps", "sturdy_secrets": {}, "sturdy_secrets_required": []}))
