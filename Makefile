@@ -97,7 +97,9 @@ sanity: $(SANITY_VENV)/.installed collection-copy
 	  for r in roles/*/; do ansible-doc -t role sturdy.workers.$$(basename $$r) >/dev/null; done
 	# The execution environment: ansible-builder accepts the definition and finds the collection's requirements.
 	ansible-builder create -f execution-environment.yml -c .build/ee >/dev/null
-	ansible-builder introspect --sanitize .build | tee /dev/stderr | grep -q '^- .packaging>=22  # from collection sturdy.workers'
+	# (to a file first: grep -q stops reading at its match, and a pipe's writer would die of SIGPIPE)
+	ansible-builder introspect --sanitize .build > .build/ee-introspect.txt && cat .build/ee-introspect.txt >&2
+	grep -q '^- .packaging>=22  # from collection sturdy.workers' .build/ee-introspect.txt
 
 ## unit: pytest for plugins and module_utils
 unit: venv promtool collection-copy
