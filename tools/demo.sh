@@ -98,7 +98,7 @@ stream=$!
 sleep 2
 deploy 2026.11.29-2
 wait "$stream" || true
-sed -n '/TASK \[Print the deploy report\]/,/^$/p' "$demo/deploy-2026.11.29-2.log"
+sed -n '/TASK \[.*Print the deploy report\]/,/^$/p' "$demo/deploy-2026.11.29-2.log"
 echo "tasks during the deploy: $(cat "$demo/stream.json")"
 cat <<NOTE
 
