@@ -18,7 +18,7 @@ export ANSIBLE_INJECT_FACT_VARS := false
 export NO_COLOR := 1
 export ANSIBLE_NOCOLOR := 1
 
-.PHONY: test checks lint sanity unit molecule molecule-collections bench demo demo-clean host-packages venv promtool images collection-copy collection-install clean
+.PHONY: test checks lint sanity unit molecule molecule-collections bench bench-clean demo demo-clean host-packages venv promtool images collection-copy collection-install clean
 
 ## test: everything CI runs (lint, sanity, unit tests, every molecule scenario on bookworm and trixie)
 # The static checks run one after another beside the molecule lanes, on the core the lanes leave idle while their
@@ -121,9 +121,16 @@ molecule: venv images promtool molecule-collections
 	ANSIBLE_COLLECTIONS_PATH=$(MOLECULE_COLLECTIONS) tools/molecule_lanes.sh \
 	  "$(if $(filter command line,$(origin SCENARIOS)),$(SCENARIOS),$(MOLECULE_LANES))"
 
-## bench: deploy-path timings on the test hosts, printed as ratios from one run (not part of test)
-bench: venv images molecule-collections
+## bench: the deploy against a hand-run floor, 1-8 hosts, no-op, backlog, Mitogen; ratios from one run and a chart
+bench: venv images molecule-collections $(VENV)/.bench-installed
 	ANSIBLE_COLLECTIONS_PATH=$(MOLECULE_COLLECTIONS) python tools/bench.py
+$(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-bench.txt
+	touch $@
+
+## bench-clean: remove the bench hosts and their network (the numbers stay in .bench/)
+bench-clean:
+	python tools/bench.py clean
 
 ## demo: local broker + app hosts, demo build 1 then build 2 while tasks flow; prints the deploy report
 demo: venv images collection-install

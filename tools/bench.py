@@ -1,18 +1,19 @@
-"""Benchmarks for the deploy path, reported as ratios measured in one run (`make bench`).
+"""Deploy benchmarks (`make bench`): every number a ratio measured in one run, on the same hosts. Not a test.
 
-Uses the molecule `worker` scenario's hosts (both platforms) and times ansible-playbook runs of its
-converge playbook:
+Starts a Redis host and 8 app hosts (bookworm, systemd as PID 1, podman), the demo app with one Celery process
+type of 2 instances per host, deploys build 0 everywhere (not timed), then times:
 
-  first       converge on hosts where the units do not exist yet
-  no-change   the same converge again (what every deploy pays even when nothing changed)
-  one-change  one process type's unit changed: write, daemon-reload, rolling restart of 3 instances
-  no-pipe     no-change again with SSH-style pipelining off (each module: put file + run + clean up)
-  mitogen     no-change and one-change again on Mitogen's podman transport (mitogen_linear), as the release and
-              deploy scenarios run
-  status      ansible-playbook sturdy.workers.status against a bare `systemctl show` of the same units over the same
-              hosts (the issue's bound: status within 2x of it)
+  floor          tools/floor.py on host 1: the deploy's steps by hand, readiness and one smoke job per instance
+  hosts-1        sturdy.workers.deploy A->B on host 1
+  no-op          the same build again on host 1 (nothing to do)
+  hosts-2/4/8    A->B on 2, 4 and 8 hosts with the default batching (a canary, then the rest)
+  serial 1       A->B on 8 hosts one host per batch (the default before the canary)
+  backlog        A->B on host 1 while every slot runs a long task and more wait (restart phase against T)
+  mitogen        hosts-1 and no-op again on Mitogen's podman transport (mitogen_linear)
+  status         sturdy.workers.status on host 1 against a bare `systemctl show` play (best of 3 each)
 
-Not a test: nothing here asserts on time.
+Prints each against the floor (and hosts-N against hosts-1), writes .bench/bench.json and, with matplotlib,
+.bench/phases.png (each run's phases as a stacked bar). Hosts stay up for a look; `make bench-clean` removes them.
 """
 
 from __future__ import annotations
@@ -21,90 +22,263 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "molecule" / "_shared"))
-from testhosts import on_mitogen  # noqa: E402  (the same Mitogen settings the scenarios' test runs use)
+from testhosts import on_mitogen  # noqa: E402  (the Mitogen settings the scenarios run with)
 
-SCENARIO = ROOT / "molecule" / "worker"
-MOLECULE = ["molecule", "-c", str(ROOT / ".config" / "molecule" / "config.yml")]
+OUT = ROOT / ".bench"
+NET, BROKER, IMAGE = "sturdy-bench", "sturdy-bench-broker", "localhost/sturdy-systemd:12"
+HOSTS = [f"sturdy-bench-{n}" for n in range(1, 9)]
+PHASES = ("preflight", "install", "migrate", "restart", "finish")  # the deploy report's, in order
+TASK_SECONDS = 20  # the backlog's long tasks (max_task_runtime 30: the stop timeout covers them)
+FORKS = len(HOSTS)
 
-
-def molecule(*args: str) -> None:
-    subprocess.run([*MOLECULE, *args, "-s", "worker"], cwd=ROOT, check=True, capture_output=True)
-
-
-def converge(env: dict, extra: dict | None = None) -> float:
-    cmd = ["ansible-playbook", "-i", env["INVENTORY"], str(SCENARIO / "converge.yml")]
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump(extra or {}, fh)
-    began = time.monotonic()
-    subprocess.run([*cmd, "-e", f"@{fh.name}"], env=env, check=True, stdout=subprocess.DEVNULL)
-    os.unlink(fh.name)
-    return time.monotonic() - began
-
-
-BARE_SHOW = """
-- name: A bare systemctl show of the app's units on every host
-  hosts: all
-  gather_facts: false
-  become: true
-  tasks:
-    - name: Show them
-      ansible.builtin.command: systemctl show --property=Id,ActiveState,NRestarts,MainPID -- {app}-*@*.service
-      changed_when: false
+INVENTORY = """\
+all:
+  vars:
+    ansible_connection: containers.podman.podman
+    ansible_python_interpreter: /usr/bin/python3
+    shop_redis_password: bench-only-password
+    shop_dist: {out}/dist
+    sturdy_app: shop
+    sturdy_artifact: "{out}/dist/shop-{{{{ sturdy_build_id }}}}.tar.gz"
+    sturdy_secrets:
+      BROKER_URL: "redis://:{{{{ shop_redis_password }}}}@broker:6379/0"
+    sturdy_secrets_required: [BROKER_URL]
+    sturdy_migrate_command: [bin/shop-migrate]
+    sturdy_deploy_broker: {{host: broker, port: 6379}}
+    # A queue per host (host 1 takes the app's default queue, where shop-task sends): a deploy to some of the hosts
+    # proves its real queue with no worker of another host, still on the old build, taking the smoke job.
+    bench_queue: "{{{{ 'default' if inventory_hostname == '{first}' else 'bench.' ~ inventory_hostname }}}}"
+    sturdy_processes:
+      - name: worker
+        adapter: celery
+        celery_app: shopdemo.celery
+        queues: ["{{{{ bench_queue }}}}"]
+        command: [venv/bin/celery, -A, shopdemo.celery, worker, --concurrency, "2", --loglevel, INFO,
+                  --without-gossip, --without-mingle, -Q, "{{{{ bench_queue }}}}"]
+        instances: 2
+        max_task_runtime: 30
+  children:
+    brokers:
+      hosts:
+        {broker}:
+    apps:
+      hosts:
+{apps}
 """
 
 
-def playbook(env: dict, path: str, extra_file: str) -> float:
-    began = time.monotonic()
-    subprocess.run(["ansible-playbook", "-i", env["INVENTORY"], "-e", f"@{extra_file}", path], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    return time.monotonic() - began
+def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=True, text=True, **kw)
 
 
-def main() -> int:
-    molecule("destroy")
-    molecule("create")
-    molecule("prepare")
-    # the scenario state molecule just wrote (other checkouts leave their own molecule.*.worker dirs)
-    state = max(Path.home().glob(".ansible/tmp/molecule.*.worker"), key=lambda p: (p / "inventory").stat().st_mtime)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(state / "ansible.cfg"), INVENTORY=str(state / "inventory"))
-    decl = yaml.safe_load((SCENARIO / "vars" / "main.yml").read_text())
-    changed = [dict(p) for p in decl["sturdy_processes"]]
-    changed[0] = dict(changed[0], environment={"WORKER_GREETING": "bench"})
+def hosts_up() -> None:
+    if subprocess.run(["podman", "network", "exists", NET], check=False).returncode != 0:
+        sh("podman", "network", "create", NET, stdout=subprocess.DEVNULL)
+    for name in [BROKER, *HOSTS]:
+        alias = "broker" if name == BROKER else name
+        if subprocess.run(["podman", "container", "exists", name], check=False).returncode != 0:
+            sh("podman", "run", "-d", "--name", name, "--hostname", alias, "--network", NET, "--network-alias", alias,
+               "--systemd=always", "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_PTRACE", IMAGE, "/sbin/init",
+               stdout=subprocess.DEVNULL)
+        sh("podman", "start", name, stdout=subprocess.DEVNULL)
+    for name in [BROKER, *HOSTS]:
+        for dummy in range(120):
+            state = subprocess.run(["podman", "exec", name, "systemctl", "is-system-running"], capture_output=True,
+                                   text=True, check=False).stdout.strip()
+            if state in ("running", "degraded"):
+                break
+            time.sleep(1)
 
-    first = converge(env)
-    same = converge(env)
-    one = converge(env, {"sturdy_processes": changed})
-    converge(env)
-    no_pipe = converge(dict(env, ANSIBLE_PIPELINING="false"))
-    with tempfile.TemporaryDirectory() as tmp:
-        bare, extra = Path(tmp) / "bare.yml", Path(tmp) / "vars.json"
-        bare.write_text(BARE_SHOW.format(app=decl["sturdy_app"]))
-        extra.write_text(json.dumps(decl))
-        playbook(env, str(bare), str(extra))  # warm both caches once
-        show = min(playbook(env, str(bare), str(extra)) for dummy in range(3))
-        status = min(playbook(env, "sturdy.workers.status", str(extra)) for dummy in range(3))
-    mitogen = on_mitogen(env)
-    same_mitogen = converge(mitogen)
-    one_mitogen = converge(mitogen, {"sturdy_processes": changed})
-    molecule("destroy")
 
-    print(f"first converge             {first:6.1f} s   1.00")
-    print(f"no-change converge         {same:6.1f} s   {same / first:.2f} x first")
-    print(f"one unit changed (rolling) {one:6.1f} s   {one / same:.2f} x no-change")
-    print(f"no-change, pipelining off  {no_pipe:6.1f} s   {no_pipe / same:.2f} x no-change with pipelining")
-    print(f"no-change, Mitogen         {same_mitogen:6.1f} s   {same_mitogen / same:.2f} x no-change stock")
-    print(f"one unit changed, Mitogen  {one_mitogen:6.1f} s   {one_mitogen / one:.2f} x one-change stock")
-    print(f"status (best of 3)         {status:6.1f} s   {status / show:.2f} x a bare systemctl show play ({show:.1f} s)")
+def clean() -> None:
+    for name in [BROKER, *HOSTS]:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, check=False)
+    subprocess.run(["podman", "network", "rm", NET], capture_output=True, check=False)
+    print(f"bench hosts and network removed ({OUT} kept)")
+
+
+class Bench:
+    def __init__(self):
+        OUT.mkdir(exist_ok=True)
+        (OUT / "ansible.cfg").write_text(
+            f"[defaults]\ngathering = explicit\nforks = {FORKS}\ninventory = {OUT}/inventory.yml\n"
+            "[connection]\npipelining = true\n")
+        (OUT / "inventory.yml").write_text(INVENTORY.format(
+            out=OUT, broker=BROKER, first=HOSTS[0], apps="\n".join(f"        {h}:" for h in HOSTS)))
+        self.env = dict(os.environ, ANSIBLE_CONFIG=str(OUT / "ansible.cfg"), MOLECULE_EPHEMERAL_DIRECTORY=str(OUT))
+        self.results: dict[str, dict] = {}
+        # Build IDs of this run only: a second run on the same hosts deploys releases they have not seen either.
+        self.stamp, self.builds = time.strftime("%Y%m%d.%H%M%S"), 0
+
+    def play(self, *args: str, env: dict | None = None, log: str = "play") -> float:
+        began = time.monotonic()
+        with open(OUT / f"{log}.log", "w", encoding="utf-8") as fh:
+            done = subprocess.run(["ansible-playbook", *args], env=env or self.env, stdout=fh, stderr=subprocess.STDOUT,
+                                  check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"bench: ansible-playbook {' '.join(args)} failed: see {OUT}/{log}.log")
+        return time.monotonic() - began
+
+    def build(self) -> str:
+        """A new build of the demo app (each timed deploy installs a release the hosts have not seen)."""
+        self.builds += 1
+        build = f"{self.stamp}-b{self.builds}"
+        sh(sys.executable, str(ROOT / "tests" / "apps" / "build_artifact.py"), "--build-id", build, "--out",
+           str(OUT / "dist"), "--cache", str(ROOT / ".build" / "artifact-cache"), stdout=subprocess.DEVNULL)
+        return build
+
+    def last(self) -> str:
+        return f"{self.stamp}-b{self.builds}"
+
+    def deploy(self, label: str, hosts: list[str], build: str, env: dict | None = None, *extra: str) -> dict:
+        report = OUT / f"report-{label.replace(' ', '-')}.json"
+        seconds = self.play("sturdy.workers.deploy", "-e", f"sturdy_build_id={build}", "-e",
+                            f"sturdy_deploy_hosts={':'.join(hosts)}", "-e", f"sturdy_deploy_report={report}", *extra,
+                            env=env, log=f"deploy-{label.replace(' ', '-')}")
+        rep = json.loads(report.read_text())
+        if rep["result"] != "success":
+            raise SystemExit(f"bench: deploy {label} did not succeed: {rep['message']}")
+        self.results[label] = {"seconds": round(seconds, 1), "phases": rep["phases"], "hosts": len(hosts)}
+        return self.results[label]
+
+    def floor(self, label: str, host: str, build: str) -> dict:
+        out = sh(sys.executable, str(ROOT / "tools" / "floor.py"), "--host", host, "--artifact",
+                 str(OUT / "dist" / f"shop-{build}.tar.gz"), "--build-id", build, stdout=subprocess.PIPE).stdout
+        self.results[label] = json.loads(out) | {"hosts": 1}
+        return self.results[label]
+
+    def backlog(self, host: str) -> None:
+        """Every slot of host 1 busy with TASK_SECONDS tasks for longer than the deploy takes, then the deploy; the
+        backlog is drained before the next part."""
+        key, count = f"bench-{time.time():.0f}", 24  # 4 slots x 6 rounds of 20 s: 120 s of work
+        sh("podman", "exec", host, "/usr/local/sbin/shop-task", "--sleep", key, str(TASK_SECONDS), str(count),
+           stdout=subprocess.DEVNULL)
+        time.sleep(3)
+        self.deploy("backlog", [host], self.build())
+        for dummy in range(90):
+            runs = json.loads(sh("podman", "exec", host, "/usr/local/sbin/shop-task", "--sleep", "--runs", key,
+                                 str(count), capture_output=True).stdout)
+            if runs["done"] >= count:
+                break
+            time.sleep(5)
+
+    def status(self) -> None:
+        bare = OUT / "bare-show.yml"
+        bare.write_text("- name: A bare systemctl show of the app's units\n  hosts: sturdy-bench-1\n"
+                        "  gather_facts: false\n  become: true\n  tasks:\n    - name: Show them\n"
+                        "      ansible.builtin.command: systemctl show --property=Id,ActiveState,NRestarts,MainPID "
+                        "-- shop-*@*.service\n      changed_when: false\n")
+        self.play(str(bare), log="bare-show")
+        show = min(self.play(str(bare), log="bare-show") for dummy in range(3))
+        status = min(self.play("sturdy.workers.status", "-e", "sturdy_status_hosts=sturdy-bench-1", log="status")
+                     for dummy in range(3))
+        self.results["bare show"] = {"seconds": round(show, 1)}
+        self.results["status"] = {"seconds": round(status, 1)}
+
+    def run(self, parts: list[str]) -> None:
+        """Every part in order; a subset (`python tools/bench.py floor hosts-1 backlog`) on hosts set up before."""
+        def hosts(n: int, serial: str | None = None) -> None:
+            extra = ["-e", f"sturdy_deploy_serial={serial}"] if serial else []
+            self.deploy(f"hosts-{n}" + (f" serial {serial}" if serial else ""), HOSTS[:n], self.build(), None, *extra)
+
+        def mitogen() -> None:
+            env = on_mitogen(self.env)
+            self.deploy("mitogen hosts-1", HOSTS[:1], self.build(), env=env)
+            self.deploy("mitogen no-op", HOSTS[:1], self.last(), env=env)
+
+        steps = {
+            "setup": lambda: (hosts_up(), self.play(str(ROOT / "molecule" / "deploy" / "prepare.yml"), log="prepare"),
+                              self.deploy("setup", HOSTS, self.build())),
+            "floor": lambda: self.floor("floor", HOSTS[0], self.build()),
+            "hosts-1": lambda: hosts(1),
+            "no-op": lambda: self.deploy("no-op", HOSTS[:1], self.last()),
+            "hosts-2": lambda: hosts(2), "hosts-4": lambda: hosts(4), "hosts-8": lambda: hosts(8),
+            "serial-1": lambda: hosts(8, "1"),
+            "backlog": lambda: self.backlog(HOSTS[0]),
+            "mitogen": mitogen,
+            "status": self.status,
+        }
+        unknown = [p for p in parts if p not in steps]
+        if unknown:
+            raise SystemExit(f"bench: no part {', '.join(unknown)}; the parts: {' '.join(steps)}")
+        for name, step in steps.items():
+            if not parts or name in parts:
+                step()
+
+
+def summary(results: dict) -> list[str]:
+    """One line per part measured: seconds, the ratio the issue's targets name, the phases."""
+    r = {k: v["seconds"] for k, v in results.items()}
+    lines = [f"machine: {os.cpu_count()} cores; podman transport, pipelining on, forks {FORKS}, serial default",
+             f"{'run':<18}{'seconds':>9}  {'ratio':<34} phases"]
+
+    def line(name: str, against: str = "", what: str = "") -> None:
+        if name not in r or (against and against not in r):
+            return
+        ratio = f"{r[name] / r[against]:.2f} x {what or against}" if against else what
+        phases = dict(sorted(results[name].get("phases", {}).items(), key=lambda kv: PHASES.index(kv[0])))
+        lines.append(f"{name:<18}{r[name]:>9.1f}  {ratio:<34} {' '.join(f'{k} {v}' for k, v in phases.items())}")
+
+    line("floor", what="1.00")
+    line("hosts-1", "floor")
+    line("no-op", "hosts-1")
+    for n in (2, 4, 8):
+        line(f"hosts-{n}", "hosts-1")
+    line("hosts-8 serial 1", "hosts-1", "hosts-1 (one host per batch)")
+    if "backlog" in results:
+        restart = results["backlog"]["phases"].get("restart", 0)
+        line("backlog", what=f"restart {restart / TASK_SECONDS:.2f} x T={TASK_SECONDS}s (2 instances)")
+    line("mitogen hosts-1", "hosts-1", "hosts-1 stock")
+    line("mitogen no-op", "no-op", "no-op stock")
+    line("status", "bare show", "a bare systemctl show play")
+    line("bare show", what="")
+    return lines
+
+
+def chart(results: dict, path: Path) -> str:
+    try:
+        import matplotlib  # pylint: disable=import-outside-toplevel
+        matplotlib.use("Agg")
+        from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return "no chart: matplotlib is not installed (make bench installs requirements-bench.txt)"
+    runs = [k for k, v in results.items() if v.get("phases") and k != "setup"]
+    names = [p for p in PHASES if any(p in results[k]["phases"] for k in runs)]
+    fig, ax = pyplot.subplots(figsize=(10, 0.5 * len(runs) + 1.5))
+    left = [0.0] * len(runs)
+    for phase in names:
+        widths = [results[k]["phases"].get(phase, 0) for k in runs]
+        ax.barh(runs, widths, left=left, label=phase)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds")
+    ax.legend(ncol=len(names), loc="lower right", fontsize="small")
+    ax.set_title("sturdy.workers deploy phases (make bench, one run)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return f"chart: {path}"
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:] == ["clean"]:
+        clean()
+        return 0
+    bench = Bench()
+    try:
+        bench.run(argv[1:])
+    finally:
+        (OUT / "bench.json").write_text(json.dumps(bench.results, indent=2, sort_keys=True) + "\n")
+    lines = summary(bench.results)
+    lines.append(chart(bench.results, OUT / "phases.png"))
+    (OUT / "bench.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))
