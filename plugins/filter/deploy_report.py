@@ -24,7 +24,7 @@ options:
     type: dict
     required: true
   run:
-    description: The run (C(id), C(owner), C(started) as a UNIX time).
+    description: The run (C(id), C(owner), C(started) as a UNIX time, C(batches), the host batches of its rollout).
     type: dict
     required: true
   plan:
@@ -53,7 +53,8 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description:
-    - The report, a dictionary with C(app), C(build_id), C(run_id), C(owner), C(result) (C(success), C(failed) or
+    - The report, a dictionary with C(app), C(build_id), C(run_id), C(owner), C(batches) (the rollout's host
+      batches, P(sturdy.workers.batches#filter)), C(result) (C(success), C(failed) or
       C(rolled_back)), C(failures), C(seconds), C(phases), C(hosts) (per host C(from), C(to), C(switched),
       C(rolled_back_to) and C(instances), each with its smoke answer's build, latency, C(smoke_ran_in),
       C(smoke_busy), C(settings), the worker's reliability settings as it runs them, C(stop_seconds) and
@@ -192,6 +193,7 @@ def deploy_report(records, run, plan, finished, rollback=True):
     rolled_back = any(h["rolled_back_to"] for h in hosts.values())
     report = {
         "app": plan.get("app"), "build_id": plan.get("build_id"), "run_id": run.get("id"), "owner": run.get("owner"),
+        "batches": run.get("batches"),
         "result": "success" if not failures else ("rolled_back" if rolled_back else "failed"),
         "failures": failures, "seconds": round(float(finished) - started, 1), "phases": phases, "hosts": hosts,
         "queues": queues,

@@ -144,3 +144,38 @@ def test_an_rq_worker_without_a_redis_url_fails_early_naming_it_and_nothing_chan
     for name in HOSTS:
         assert host(name).check_output("readlink /srv/parcel/current").endswith(B2)
         assert host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") == before[name]
+
+
+def test_the_canary_fails_so_it_is_rolled_back_and_the_other_host_is_never_switched_or_restarted():
+    # Build 3 cannot start on these hosts (a drop-in refuses it while current points at it), whichever host goes
+    # first; the default rollout is one canary host, then the rest.
+    b3 = "2026.12.04-3"
+    succeeded(playbook("sturdy.workers.build", "-e", f"sturdy_build_id={b3}"))
+    dropin = "/etc/systemd/system/parcel-worker@.service.d/zz-refuse-build-3.conf"
+    for name in HOSTS:
+        host(name).check_output(f"mkdir -p {dropin.rsplit('/', 1)[0]} && printf '%s\\n' '[Service]' "
+                                f"'ExecStartPre=+/bin/sh -c \"readlink /srv/parcel/current | grep -qv {b3}\"' > {dropin} "
+                                "&& systemctl daemon-reload")
+    shown = {name: host(name).check_output(f"systemctl show -p InvocationID -p MainPID {' '.join(UNITS)}")
+             for name in HOSTS}
+    units = {name: host(name).check_output("cat /etc/systemd/system/parcel-worker@.service") for name in HOSTS}
+    try:
+        result = playbook("sturdy.workers.deploy", "-e", f"sturdy_build_id={b3}", "-e", "sturdy_deploy_hosts=apps")
+    finally:
+        for name in HOSTS:
+            host(name).check_output(f"rm -f {dropin} && systemctl daemon-reload")
+    assert result.returncode != 0, said(result)[-3000:]
+    rep = report()
+    assert rep["batches"] == [1, "100%"] and rep["result"] == "rolled_back", rep
+    canary = [name for name in HOSTS if rep["hosts"][name]["switched"]]
+    assert len(canary) == 1, rep["hosts"]
+    (canary,), (other,) = canary, [name for name in HOSTS if name not in canary]
+    assert rep["hosts"][canary]["rolled_back_to"] == B2 and "did not come up on the new code" in rep["message"], rep
+    # The canary is back on build 2, every instance answering.
+    assert host(canary).check_output("readlink /srv/parcel/current").endswith(B2)
+    assert host(canary).run(f"systemctl is-active {' '.join(UNITS)}").stdout.split() == ["active"] * len(UNITS)
+    # The other host: never switched, its unit file and its running instances exactly as before.
+    assert host(other).check_output("readlink /srv/parcel/current").endswith(B2)
+    assert host(other).check_output("cat /etc/systemd/system/parcel-worker@.service") == units[other]
+    assert host(other).check_output(f"systemctl show -p InvocationID -p MainPID {' '.join(UNITS)}") == shown[other]
+    assert not any(i.get("restarted") for i in rep["hosts"][other]["instances"].values()), rep["hosts"][other]

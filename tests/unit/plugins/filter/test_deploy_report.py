@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from ansible_collections.sturdy.workers.plugins.filter.deploy_report import deploy_report
 
-RUN = {"id": "r1", "owner": "ci@box", "started": 1000.0}
+RUN = {"id": "r1", "owner": "ci@box", "started": 1000.0, "batches": [1, "100%"]}
 PLAN = {"app": "shop", "build_id": "2", "target": "shop.target"}
 
 
@@ -23,6 +23,7 @@ def record(before_inv="a", after_inv="b", failure="", rolled_back=None, switched
 def test_success_report_has_builds_phases_restarts_and_latency():
     rep = deploy_report({"h1": record()}, RUN, PLAN, 1070.0)
     assert rep["result"] == "success" and rep["seconds"] == 70.0 and rep["message"] == ""
+    assert rep["batches"] == [1, "100%"]
     assert rep["phases"] == {"preflight": 10.0, "install": 20.0, "migrate": 5.0, "restart": 25.0, "finish": 10.0}
     inst = rep["hosts"]["h1"]["instances"]["shop-worker@1.service"]
     assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "restart_seconds": 4.2,
