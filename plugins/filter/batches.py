@@ -47,11 +47,8 @@ PERCENT = re.compile(r"^\s*(\d+)\s*%\s*$")
 
 
 def _entry(value, raw):
-    if isinstance(value, bool):
-        value = None
-    if isinstance(value, int) and value >= 1:
-        return value
-    text = str(value).strip() if value is not None else ""
+    # Read as text: 2 and "2" alike, while True ("True"), None and 2.5 are refused.
+    text = str(value).strip()
     if text.isdigit() and int(text) >= 1:
         return int(text)
     match = PERCENT.match(text)
@@ -65,7 +62,7 @@ def _entry(value, raw):
 
 def batches(value):
     raw = value
-    if value is None or value == "" or value == []:
+    if value is None or value == "":
         return list(DEFAULT)
     if isinstance(value, str) and value.strip().startswith("["):
         text = value.strip()
