@@ -9,6 +9,7 @@ type of 2 instances per host, deploys build 0 everywhere (not timed), then times
   hosts-2/4/8    A->B on 2, 4 and 8 hosts with the default batching (a canary, then the rest)
   serial 1       A->B on 8 hosts one host per batch (the default before the canary)
   backlog        A->B on host 1 while every slot runs a long task and more wait (restart phase against T)
+  backlog-surge  the same with max_surge 100%: both instances restart at once while two surge instances consume
   mitogen        hosts-1 and no-op again on Mitogen's podman transport (mitogen_linear)
   status         sturdy.workers.status on host 1 against a bare `systemctl show` play (best of 3 each)
 
@@ -62,6 +63,7 @@ all:
                   --without-gossip, --without-mingle, -Q, "{{{{ bench_queue }}}}"]
         instances: 2
         max_task_runtime: 30
+        max_surge: "{{{{ bench_surge | default(0) }}}}"
   children:
     brokers:
       hosts:
@@ -152,14 +154,14 @@ class Bench:
         self.results[label] = json.loads(out) | {"hosts": 1}
         return self.results[label]
 
-    def backlog(self, host: str) -> None:
+    def backlog(self, host: str, label: str = "backlog", *extra: str) -> None:
         """Every slot of host 1 busy with TASK_SECONDS tasks for longer than the deploy takes, then the deploy; the
         backlog is drained before the next part."""
         key, count = f"bench-{time.time():.0f}", 24  # 4 slots x 6 rounds of 20 s: 120 s of work
         sh("podman", "exec", host, "/usr/local/sbin/shop-task", "--sleep", key, str(TASK_SECONDS), str(count),
            stdout=subprocess.DEVNULL)
         time.sleep(3)
-        self.deploy("backlog", [host], self.build())
+        self.deploy(label, [host], self.build(), None, *extra)
         for dummy in range(90):
             runs = json.loads(sh("podman", "exec", host, "/usr/local/sbin/shop-task", "--sleep", "--runs", key,
                                  str(count), capture_output=True).stdout)
@@ -200,6 +202,7 @@ class Bench:
             "hosts-2": lambda: hosts(2), "hosts-4": lambda: hosts(4), "hosts-8": lambda: hosts(8),
             "serial-1": lambda: hosts(8, "1"),
             "backlog": lambda: self.backlog(HOSTS[0]),
+            "backlog-surge": lambda: self.backlog(HOSTS[0], "backlog surge", "-e", "bench_surge=100%"),
             "mitogen": mitogen,
             "status": self.status,
         }
@@ -233,6 +236,9 @@ def summary(results: dict) -> list[str]:
     if "backlog" in results:
         restart = results["backlog"]["phases"].get("restart", 0)
         line("backlog", what=f"restart {restart / TASK_SECONDS:.2f} x T={TASK_SECONDS}s (2 instances)")
+    if "backlog surge" in results:
+        restart = results["backlog surge"]["phases"].get("restart", 0)
+        line("backlog surge", what=f"restart {restart / TASK_SECONDS:.2f} x T (max_surge 100%)")
     line("mitogen hosts-1", "hosts-1", "hosts-1 stock")
     line("mitogen no-op", "no-op", "no-op stock")
     line("status", "bare show", "a bare systemctl show play")

@@ -18,7 +18,7 @@ options:
       - Host name to its record, a dictionary with C(marks) (phase name to the UNIX time it ended), C(failure),
         C(before) and C(after) (M(sturdy.workers.unit_health) units), C(switch) (C(changed), C(current),
         C(previous)), C(smoke) (M(sturdy.workers.smoke_test) results), C(restarted) (M(sturdy.workers.rolling_restart)
-        C(restarted)), C(rolled_back_to), C(rollback_failure) (C(task), C(msg), C(current)), C(queues)
+        C(restarted)), C(surge) (its C(surge)), C(rolled_back_to), C(rollback_failure) (C(task), C(msg), C(current)), C(queues)
         (M(sturdy.workers.app_status) C(queues), on the host that read them) and C(queue_smoke)
         (M(sturdy.workers.smoke_test) C(queues), the real-queue smoke on that host).
     type: dict
@@ -82,9 +82,10 @@ def _instances(record: dict) -> dict:
     smoked = {e.get("unit"): e for result in record.get("smoke") or [] if isinstance(result, dict)
               for e in result.get("instances") or []}
     restarted = {e.get("name"): e for e in record.get("restarted") or []}
+    surge = {e.get("name") for e in record.get("surge") or []}
     found = {}
     for unit in sorted(set(before) | set(after)):
-        if not unit.endswith(".service"):
+        if not unit.endswith(".service") or unit in surge:
             continue
         b, a, s = before.get(unit, {}), after.get(unit, {}), smoked.get(unit, {})
         found[unit] = {
@@ -181,6 +182,8 @@ def deploy_report(records, run, plan, finished, rollback=True):
             "switched": bool(switch.get("changed")),
             "rolled_back_to": record.get("rolled_back_to"),
             "instances": _instances(record),
+            # Started beside the instances before their restart, told to stop after it.
+            "surge": record.get("surge") or [],
         }
     started = float(run["started"])
     phases, last = {}, started
@@ -219,6 +222,9 @@ def deploy_report(records, run, plan, finished, rollback=True):
                 took += f" (its stop waited {inst['stop_seconds']}s for running tasks)"
             lines.append(f"  {unit}: {inst['active'] or 'state unknown'}, {'restarted' + took if inst['restarted'] else 'not restarted'}, "
                          f"NRestarts {inst['nrestarts_before'] or '-'} -> {inst['nrestarts_after'] or '-'}, {smoke}")
+        for unit in host["surge"]:
+            lines.append(f"  {unit.get('name')}: surge, ready in {unit.get('ready_seconds')}s before any instance was "
+                         "stopped; told to stop once they were back (it finishes its running tasks, then exits)")
     lines += [_queue_line(name, q) for name, q in queues.items()]
     lines += [f"FAILED: {f}" for f in failures] + rollback_failures
     report["summary"] = lines

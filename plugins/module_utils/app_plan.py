@@ -126,6 +126,40 @@ def _argv_member(argv: Any, what: str, example: str, current: str) -> str:
         raise AppPlanError(f"{what}[0]: {exc}") from None
 
 
+_SHARE = re.compile(r"^(\d+)%$")
+
+
+def rollout_size(where: str, value: Any, instances: int, round_up: bool) -> int | None:
+    """How many instances a max_surge (`round_up`) or max_unavailable declaration means for `instances`: a count, or
+    a percentage of them ("25%": rounded up for a surge, down for the unavailable, as Kubernetes does); at most
+    `instances`. None when not declared."""
+    if value is None:
+        return None
+    found = _SHARE.match(str(value).strip())
+    if found:
+        share = int(found[1]) * instances
+        return min(instances, -(-share // 100) if round_up else share // 100)
+    if isinstance(value, bool) or not str(value).strip().isdigit():
+        raise AppPlanError(f"{where}={json.dumps(value)}: give a number of instances (0, 1, 2 ...) or a percentage of "
+                           "them such as '25%'")
+    return min(instances, int(value))
+
+
+def rollout(app: str, name: str, declared: dict[str, Any], instances: int) -> dict[str, Any]:
+    """The surge units started beside a process type's instances during a restart, and how many of its instances
+    may restart at once beyond them (1 without a surge, 0 with one: never fewer than declared consume)."""
+    where = f"sturdy_processes[{name}]"
+    surge = rollout_size(f"{where}.max_surge", declared.get("max_surge"), instances, True) or 0
+    most = rollout_size(f"{where}.max_unavailable", declared.get("max_unavailable"), instances, False)
+    most = (0 if surge else 1) if most is None else most
+    if instances and not surge and not most:
+        raise AppPlanError(f"{where}: max_surge and max_unavailable are both 0 for {instances} instance(s), so no "
+                           "instance could ever be restarted. Give max_surge (start new ones first) or max_unavailable "
+                           "(restart that many at once) a value above 0")
+    return {"surge_units": [instance_unit(app, name, n) for n in range(instances + 1, instances + surge + 1)],
+            "max_unavailable": most}
+
+
 def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str, group: str) -> dict[str, Any]:
     name = declared.get("name")
     if not isinstance(name, str) or not PROCESS_NAME.match(name):
@@ -163,6 +197,7 @@ def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str
         "template": template_unit(app, name),
         "units": [instance_unit(app, name, n) for n in range(1, instances + 1)],
         "unit_pattern": instance_pattern(app, name),
+        **rollout(app, name, declared, instances),
     }
 
 

@@ -190,6 +190,9 @@ def instance_problems(host: str, process: dict, inst: dict, declared: bool, curr
     if inst["loaded"] == "not-found":
         problems.append(f"{where}: no unit file: deploy the app (sturdy.workers.deploy) to write it")
         return problems
+    if inst["state"] == "deactivating" and not declared:
+        # A surge instance told to stop after a restart (or one the deploy stopped): it finishes its running tasks.
+        return problems
     if inst["state"] != "active":
         why = f"{inst['result']}: it {inst['result_words']}" if inst["result_words"] else inst["result"] or "?"
         last = f"; last exit: {inst['last_exit']['words']}" if inst["last_exit"] else ""

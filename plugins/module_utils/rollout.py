@@ -1,6 +1,7 @@
 # Copyright: (c) 2026, sturdy.workers contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The rolling restart loop: one unit at a time, each ready and stable before the next.
+"""The rolling restart loop: per process type, surge instances first, then batches, each ready and stable before
+the next.
 
 Everything that touches the host (systemctl, journalctl, an HTTP readiness URL, the clock) comes in through
 `Host`, so the loop is unit-tested without systemd.
@@ -66,30 +67,47 @@ class Host:
         return out.splitlines()[-lines:] if rc == 0 else []
 
 
-def restart_one(host: Host, unit: dict, settle: float, ready_timeout: float) -> tuple[dict, float, str | None]:
-    """Restart one unit and watch it; (the unit's state when it came up, seconds until ready, why it is not stable)."""
-    name = unit["name"]
+def bring_up(host: Host, verb: str, units: list[dict], settle: float,
+             ready_timeout: float) -> tuple[dict, dict, str | None, str | None]:
+    """`systemctl <verb>` every unit of `units` in one call (systemd runs their jobs side by side and returns when
+    each is done), then waits for their readiness URLs and watches them all over `settle` seconds.
+
+    Returns (each unit's state when it came up, seconds until each was ready, the first unit that is not ready and
+    stable, why)."""
+    names = [u["name"] for u in units]
     started = host.clock()
-    host.run(["systemctl", "reset-failed", "--", name])
-    rc, dummy, err = host.run(["systemctl", "restart", "--", name])
+    # A deliberate start counts toward StartLimitBurst= like a crash; a unit never started answers "not loaded".
+    host.run(["systemctl", "reset-failed", "--", *names])
+    rc, dummy, err = host.run(["systemctl", verb, "--", *names])
+    now = {name: host.show(name) for name in names}
     if rc != 0:
-        return {}, 0.0, f"the restart failed ({err.strip() or 'rc ' + str(rc)})"
-    now = host.show(name)
-    if unit.get("http"):
-        deadline = host.clock() + ready_timeout
-        while not host.http_ok(unit["http"]):
-            if host.clock() > deadline:
-                return now, 0.0, f"{unit['http']} did not answer 2xx within {ready_timeout:.0f}s"
-            why = crash_signs(now, host.show(name))
+        bad = next((n for n in names if now[n].get("ActiveState") != "active"), names[0])
+        return now, {}, bad, f"the {verb} failed ({err.strip() or 'rc ' + str(rc)})"
+    ready = {u["name"]: host.clock() - started for u in units if not u.get("http")}
+    waiting = [u for u in units if u.get("http")]
+    deadline = host.clock() + ready_timeout
+    while waiting:
+        for unit in list(waiting):
+            if host.http_ok(unit["http"]):
+                ready[unit["name"]] = host.clock() - started
+                waiting.remove(unit)
+        if not waiting:
+            break
+        for unit in waiting:
+            why = crash_signs(now[unit["name"]], host.show(unit["name"]))
             if why:
-                return now, 0.0, why
-            host.sleep(POLL)
-    ready = host.clock() - started
+                return now, ready, unit["name"], why
+        if host.clock() > deadline:
+            return now, ready, waiting[0]["name"], f"{waiting[0]['http']} did not answer 2xx within {ready_timeout:.0f}s"
+        host.sleep(POLL)
     settle_until = host.clock() + settle
     while True:
-        why = crash_signs(now, host.show(name))
-        if why or host.clock() >= settle_until:
-            return now, ready, why
+        for name in names:
+            why = crash_signs(now[name], host.show(name))
+            if why:
+                return now, ready, name, why
+        if host.clock() >= settle_until:
+            return now, ready, None, None
         host.sleep(POLL)
 
 
@@ -109,32 +127,93 @@ def stop_timed_out(before: dict, stopped: float | None) -> bool:
     return bool(stopped is not None and timeout and stopped >= timeout - 0.05)
 
 
-def roll(host: Host, units: list, settle: float = 5, ready_timeout: float = 60, journal_lines: int = 25) -> list[dict]:
-    """Restart `units` in order, each ready (its restart job, then its readiness URL) and stable over `settle`
-    seconds before the next. Raises RolloutError at the first one that is not, naming the untouched rest."""
-    units = [u if isinstance(u, dict) else {"name": str(u)} for u in units]
+def batches(units: list, size: int) -> list[list]:
+    """`units` cut into runs of `size` (at least 1), in order."""
+    size = max(1, int(size))
+    return [units[i:i + size] for i in range(0, len(units), size)]
+
+
+def as_groups(units: list | None = None, groups: list | None = None, only: list | None = None) -> list[dict]:
+    """The process types to roll, each {units, surge, max_unavailable}; plain `units` are one type, one at a time
+    without a surge. With `only`, units outside it are left alone, and a type with none left is skipped whole."""
+    if groups is None:
+        groups = [{"units": units or []}]
+    spec = lambda u: u if isinstance(u, dict) else {"name": str(u)}  # noqa: E731
+    kept = []
+    for group in groups:
+        members = [spec(u) for u in group.get("units") or [] if only is None or spec(u)["name"] in only]
+        if members:
+            most = group.get("max_unavailable")
+            kept.append({"units": members, "surge": [spec(u) for u in group.get("surge") or []],
+                         "max_unavailable": 1 if most is None else int(most)})
+    return kept
+
+
+def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout: float = 60, journal_lines: int = 25,
+         groups: list | None = None, only: list | None = None) -> dict:
+    """Restart the units of each process type in turn (`groups`, or `units` as one type restarted one at a time).
+
+    A type with surge units starts them first, on the new code, and proves them ready and stable before any of its
+    running instances is stopped; then its instances restart in batches of len(surge) + max_unavailable, each batch
+    ready and stable before the next, so no fewer than instances - max_unavailable consume at any time. Once the last
+    batch is stable the surge units are told to stop (a warm shutdown: they finish their running tasks and exit
+    without the deploy waiting on them).
+
+    Returns {restarted, surge}. Raises RolloutError at the first unit that is not ready and stable, naming the
+    untouched rest; surge units are told to stop then too."""
+    plan = as_groups(units, groups, only)
     restarted: list[dict] = []
-    for index, unit in enumerate(units):
-        name = unit["name"]
-        before = host.show(name)
-        since, started = host.wall(), host.clock()
-        now, ready, why = restart_one(host, unit, settle, ready_timeout)
-        if why:
-            journal = host.journal(name, since, journal_lines)
-            rest = [u["name"] for u in units[index + 1:]]
-            raise RolloutError(
-                f"{name} did not come up on the new code: {why}. "
-                + (f"Not restarted, still on the code they ran: {', '.join(rest)}. " if rest else "")
-                + f"Last log lines ({len(journal)}):\n" + "\n".join(journal),
-                name, journal, restarted)
-        stopped = stop_seconds(now)
-        restarted.append({
-            "name": name,
-            "seconds": round(host.clock() - started, 2),
-            "ready_seconds": round(ready, 2),
-            "stop_seconds": stopped,
-            "stop_timed_out": stop_timed_out(before, stopped),
-            "before": {k: before.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
-            "after": {k: now.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
-        })
-    return restarted
+    surged: list[dict] = []
+    for index, group in enumerate(plan):
+        later = [u["name"] for g in plan[index + 1:] for u in g["units"]]
+        surge = group["surge"]
+        if surge:
+            since = host.wall()
+            now, ready, bad, why = bring_up(host, "start", surge, settle, ready_timeout)
+            if bad:
+                _drain(host, surge)
+                _fail(host, f"{bad} (a surge instance, started beside the running ones before any of them was "
+                            f"stopped) did not come up on the new code: {why}. No running instance of its process "
+                            "type was stopped; the surge instances are told to stop",
+                      bad, since, [u["name"] for u in group["units"]] + later, journal_lines, restarted)
+            surged += [{"name": n, "ready_seconds": round(ready.get(n, 0.0), 2)} for n in now]
+        runs = batches(group["units"], len(surge) + group["max_unavailable"])
+        for number, batch in enumerate(runs):
+            before = {u["name"]: host.show(u["name"]) for u in batch}
+            since, started = host.wall(), host.clock()
+            now, ready, bad, why = bring_up(host, "restart", batch, settle, ready_timeout)
+            if bad:
+                _drain(host, surge)
+                rest = [u["name"] for b in runs[number + 1:] for u in b] + later
+                _fail(host, f"{bad} did not come up on the new code: {why}"
+                            + (f" (restarted together with {', '.join(n for n in before if n != bad)})"
+                               if len(batch) > 1 else ""),
+                      bad, since, rest, journal_lines, restarted)
+            for name, state in before.items():
+                stopped = stop_seconds(now[name])
+                restarted.append({
+                    "name": name,
+                    "seconds": round(host.clock() - started, 2),
+                    "ready_seconds": round(ready.get(name, 0.0), 2),
+                    "stop_seconds": stopped,
+                    "stop_timed_out": stop_timed_out(state, stopped),
+                    "before": {k: state.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
+                    "after": {k: now[name].get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
+                })
+        _drain(host, surge)
+    return {"restarted": restarted, "surge": surged}
+
+
+def _drain(host: Host, units: list[dict]) -> None:
+    """Tell units to stop (SIGTERM, their warm shutdown) without waiting: they finish what they run and exit."""
+    if units:
+        host.run(["systemctl", "stop", "--no-block", "--", *(u["name"] for u in units)])
+
+
+def _fail(host: Host, what: str, name: str, since: float, rest: list[str], lines: int, restarted: list[dict]):
+    journal = host.journal(name, since, lines)
+    raise RolloutError(
+        what + ". "
+        + (f"Not restarted, still on the code they ran: {', '.join(rest)}. " if rest else "")
+        + f"Last log lines of {name} ({len(journal)}):\n" + "\n".join(journal),
+        name, journal, restarted)

@@ -244,6 +244,10 @@ def plan_processes(
             if int(proc["instances"]) > 1:
                 raise UnitSpecError(f"{where}: singleton process types run one instance; set instances: 1 or "
                                     "drop singleton")
+            if proc.get("surge_units"):
+                raise UnitSpecError(f"{where}.max_surge: a singleton runs exactly one instance in the whole "
+                                    "deployment, and a surge would start a second beside it. Remove max_surge (its "
+                                    "restart stops the one instance, then starts it on the new code)")
             if not singleton_here:
                 proc["instances"], proc["units"] = 0, []
         if proc.get("adapter", "none") == "celery" and not proc.get("celery_app"):
@@ -258,6 +262,10 @@ def plan_processes(
         if proc["max_deliveries"] < 1:
             raise UnitSpecError(f"{where}.max_deliveries={proc['max_deliveries']}: a message must be delivered at least "
                                 "once; use 1 (never run a message twice) or more")
+        if proc.get("surge_units") and proc.get("rate_limit") is not None:
+            raise UnitSpecError(f"{where}.max_surge: the instances share rate_limit={proc['rate_limit']} tasks/s "
+                                "between them, and surge instances would add their share on top during a restart. "
+                                "Remove max_surge (or rate_limit)")
         proc["rate_per_instance"] = rate_per_instance(name, proc.get("rate_limit"), fleet or [processes])
         proc["watchdog_sec"] = int(proc.get("watchdog_sec") or 0)
         argv = [str(a) for a in proc.get("command") or []]
@@ -305,6 +313,8 @@ def plan_processes(
         proc["description"] = proc["description"].replace("%", "%%").replace("\n", " ")
         # What sturdy.workers.rolling_restart needs per instance.
         proc["restart_specs"] = [{"name": u, "http": proc["readiness_http"]} for u in proc["units"]]
+        proc["rollout"] = {"units": proc["restart_specs"], "max_unavailable": proc.get("max_unavailable", 1),
+                           "surge": [{"name": u, "http": proc["readiness_http"]} for u in proc.get("surge_units", [])]}
         timing = [int(proc[k]) for k in ("restart_sec", "restart_steps", "restart_max_delay")]
         proc["restart_backoff"] = backoff and delay_grows(*timing)
         delays = restart_delays(*timing, int(proc["start_limit_burst"]), proc["restart_backoff"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: rolling_restart
-short_description: Restart systemd units one at a time, each ready and stable before the next
+short_description: Restart systemd units in a rolling way, each batch ready and stable before the next
 version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
 extends_documentation_fragment:
@@ -17,8 +17,12 @@ description:
     (the worker agent sends it once the worker consumes), with C(Type=exec) the C(execve).
   - Then waits for the unit's HTTP readiness URL when it has one, and watches the unit for O(settle) seconds. It
     must stay active with the same C(InvocationID), C(MainPID) and no automatic restart, or it is in a crash loop.
+  - With O(groups), per process type, in order: its surge units are started first, on the new code, and proven
+    ready and stable before any running instance is stopped; then its units restart in batches of (surge units +
+    C(max_unavailable)) side by side, each batch ready and stable before the next. Once the type's last batch is
+    stable its surge units are told to stop without waiting (a warm shutdown: they finish their running tasks).
   - Stops at the first unit that fails and reports it with its last journal lines; the units after it are not
-    touched, so the others keep running the build they ran.
+    touched, so the others keep running the build they ran, and surge units are told to stop.
 options:
   lease:
     description:
@@ -28,11 +32,25 @@ options:
     type: dict
     default: {}
   units:
-    description: Units to restart, in order. Each is a name, or a dictionary with C(name) and C(http) (a readiness URL
-      that must answer 2xx).
+    description:
+      - Units to restart one at a time, in order. Each is a name, or a dictionary with C(name) and C(http) (a
+        readiness URL that must answer 2xx).
+      - One of O(units) and O(groups) is required.
     type: list
     elements: raw
-    required: true
+  groups:
+    description:
+      - Process types to restart in turn, each a dictionary with C(units) (as in O(units)), C(surge) (units to start
+        beside them first, as in O(units)) and C(max_unavailable) (how many of its units may be restarting at once
+        beyond the surge; default 1). C(sturdy.workers.worker_plan) gives one per process type as C(rollout).
+    type: list
+    elements: dict
+  only:
+    description:
+      - Restart only these units of O(groups); a process type none of whose units is listed is skipped, surge
+        included. Unset restarts every unit of O(groups).
+    type: list
+    elements: str
   settle:
     description: Seconds each restarted unit is watched for a crash loop.
     type: float
@@ -69,6 +87,13 @@ EXAMPLES = r"""
     units: [shop-worker@1.service, shop-worker@2.service]
     settle: 10
 
+- name: Start shop-worker@3 on the new code first, then restart @1 and @2 together, never fewer than two consuming
+  sturdy.workers.rolling_restart:
+    groups:
+      - units: [shop-worker@1.service, shop-worker@2.service]
+        surge: [shop-worker@3.service]
+        max_unavailable: 1
+
 - name: Restart the web, ready when /health answers
   sturdy.workers.rolling_restart:
     units:
@@ -81,6 +106,12 @@ restarted:
     C(ready_seconds) (restart until ready), C(stop_seconds) (how long the stop took, waiting for running tasks
     under a warm shutdown), C(stop_timed_out) (the stop used the whole C(TimeoutStopSec=) and systemd SIGKILLed what
     still ran), C(before) and C(after) (C(InvocationID), C(MainPID), C(NRestarts)).
+  returned: always
+  type: list
+  elements: dict
+surge:
+  description: Surge units that came up and stable, each with C(name) and C(ready_seconds); they were told to stop
+    once their process type was restarted.
   returned: always
   type: list
   elements: dict
@@ -101,7 +132,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import LeaseKeeper
-from ansible_collections.sturdy.workers.plugins.module_utils.rollout import Host, RolloutError, roll
+from ansible_collections.sturdy.workers.plugins.module_utils.rollout import Host, RolloutError, as_groups, roll
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
 
@@ -117,7 +148,9 @@ def http_ok(url: str) -> bool:
 def main():
     module = AnsibleModule(
         argument_spec={
-            "units": {"type": "list", "elements": "raw", "required": True},
+            "units": {"type": "list", "elements": "raw"},
+            "groups": {"type": "list", "elements": "dict"},
+            "only": {"type": "list", "elements": "str"},
             "settle": {"type": "float", "default": 5},
             "ready_timeout": {"type": "float", "default": 60},
             "journal_lines": {"type": "int", "default": 25},
@@ -125,18 +158,22 @@ def main():
             "secret_directives": {"type": "list", "elements": "str", "default": [], "no_log": False},
             "lease": {"type": "dict", "default": {}},
         },
+        required_one_of=[("units", "groups")],
+        mutually_exclusive=[("units", "groups")],
         supports_check_mode=True,
     )
     p = module.params
-    units = [u if isinstance(u, dict) else {"name": str(u)} for u in p["units"]]
-    if not units:
-        module.exit_json(changed=False, restarted=[])
+    plan = as_groups(p["units"], p["groups"], p["only"])
+    if not plan:
+        module.exit_json(changed=False, restarted=[], surge=[])
     if module.check_mode:
-        module.exit_json(changed=True, restarted=[{"name": u["name"]} for u in units])
+        module.exit_json(changed=True, restarted=[{"name": u["name"]} for g in plan for u in g["units"]],
+                         surge=[{"name": u["name"]} for g in plan for u in g["surge"]])
     host = Host(lambda argv: module.run_command(argv, environ_update=ENV), http_ok)
     try:
         with LeaseKeeper(p["lease"].get("path"), p["lease"].get("run_id")):
-            restarted = roll(host, units, p["settle"], p["ready_timeout"], p["journal_lines"])
+            done = roll(host, settle=p["settle"], ready_timeout=p["ready_timeout"], journal_lines=p["journal_lines"],
+                        groups=plan)
     except RolloutError as exc:
         # The journal lines are the app's own: mask the secret values the units load before they go out.
         mask = host_masker(p["secret_directives"], module.run_command)
@@ -144,7 +181,7 @@ def main():
                          restarted=exc.restarted, changed=True)
     except RuntimeError as exc:
         module.fail_json(msg=str(exc), changed=True)
-    module.exit_json(changed=True, restarted=restarted)
+    module.exit_json(changed=True, **done)
 
 
 if __name__ == "__main__":

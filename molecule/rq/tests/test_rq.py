@@ -76,8 +76,16 @@ def test_a_stop_lets_the_running_job_finish_then_the_instance_is_ready_again():
     assert redis("zcard", "'rq:failed:parcel.scales'") == "0"
 
 
+SAMPLER = ("systemd-run --unit=consuming-sampler --quiet sh -c 'while [ ! -e /run/stop-sampling ]; do "
+           "systemctl list-units --state=active --no-legend --plain parcel-worker@* | wc -l; sleep 0.1; done "
+           "> /run/consuming'")
+
+
 def test_build_2_rolls_out_while_jobs_flow_running_jobs_finish_and_none_is_lost():
     succeeded(playbook("sturdy.workers.build", "-e", f"sturdy_build_id={B2}"))
+    # How many instances consume (active: READY=1 sent, no STOPPING=1 yet), sampled every 0.1 s through the deploy.
+    for name in HOSTS:
+        host(name).check_output("rm -f /run/stop-sampling /run/consuming && " + SAMPLER)
     # A stream of jobs of 1 s, 4 a second: about what the four instances take, so a backlog builds while one restarts.
     stream = subprocess.Popen(["podman", "exec", "rq-trixie", "sh", "-c",
                                f"cd /srv/parcel/current && RQ_REDIS_URL='{URL}' "
@@ -95,6 +103,16 @@ def test_build_2_rolls_out_while_jobs_flow_running_jobs_finish_and_none_is_lost(
         for unit in UNITS:
             inst = rep["hosts"][name]["instances"][unit]
             assert inst["restarted"] and inst["smoke_build"] == B2, inst
+        # max_surge 1: parcel-worker@3 came up first, and the two declared ones restarted one at a time beside it.
+        h = host(name)
+        h.check_output("touch /run/stop-sampling")
+        wait_for("the sampler to stop", lambda: h.run("systemctl is-active --quiet consuming-sampler").rc != 0)
+        counts = [int(line) for line in h.check_output("cat /run/consuming").split()]
+        assert len(counts) > 50 and min(counts) >= 2 and max(counts) == 3, counts
+        assert [s["name"] for s in rep["hosts"][name]["surge"]] == ["parcel-worker@3.service"], rep["hosts"][name]
+        # Told to stop once the two were back; never enabled.
+        assert h.run("systemctl is-active parcel-worker@3.service").stdout.strip() in ("inactive", "deactivating")
+        assert h.run("systemctl is-enabled parcel-worker@3.service").stdout.strip() != "enabled"
     flow = json.loads(out.strip().splitlines()[-1])
     assert flow["sent"] > 40 and flow["missing"] == [] and flow["failed"] == [], (flow, err[-2000:])
     # Jobs ran on both builds: they flowed through the restart.

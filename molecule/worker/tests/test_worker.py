@@ -369,6 +369,12 @@ NEGATIVE = {
         "sturdy_worker_singleton_host=beat-host-9 is not a host of this inventory, so no host would run the singleton "
         "process types (beat). Nothing was changed.",
     ),
+    "a surge beside a singleton, which must never run twice": (
+        {"sturdy_processes": declaration()["sturdy_processes"]
+         + [{"name": "beat", "command": ["/usr/bin/sleep", "infinity"], "singleton": True, "max_surge": 1}]},
+        "sturdy_processes[beat].max_surge: a singleton runs exactly one instance in the whole deployment, and a surge "
+        "would start a second beside it",
+    ),
     "bad application name": (
         {"sturdy_app": "Demo App"},
         'sturdy_app="Demo App" cannot name units',

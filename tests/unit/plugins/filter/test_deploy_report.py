@@ -110,3 +110,14 @@ def test_a_queue_the_status_does_not_read_still_shows_its_smoke_job():
     rep = deploy_report({"h1": rq}, RUN, PLAN, 1070.0)
     assert rep["queues"]["parcel.scales"]["smoke"]["ok"] is True
     assert rep["summary"][-1] == "queue parcel.scales: smoke job answered by build 2 in 0.1s"
+
+
+def test_a_surge_instance_is_reported_apart_from_the_declared_ones():
+    rec = record()
+    rec["after"]["shop-worker@2.service"] = {"NRestarts": "0", "InvocationID": "s", "ActiveState": "deactivating"}
+    rec["surge"] = [{"name": "shop-worker@2.service", "ready_seconds": 1.5}]
+    rep = deploy_report({"h1": rec}, RUN, PLAN, 1070.0)
+    assert list(rep["hosts"]["h1"]["instances"]) == ["shop-worker@1.service"]
+    assert rep["hosts"]["h1"]["surge"] == rec["surge"]
+    assert ("  shop-worker@2.service: surge, ready in 1.5s before any instance was stopped; told to stop once they "
+            "were back (it finishes its running tasks, then exits)") in rep["summary"]

@@ -161,9 +161,28 @@ def test_member_and_resolve():
     ({"migrate_command": ["", "x"]}, "sturdy_migrate_command must be a non-empty list"),
     ({"root": "srv/shop"}, "sturdy_release_root='srv/shop' is not an absolute path"),
     ({"delivery": "vault"}, "sturdy_secrets_delivery='vault'"),
+    ({"processes": [dict(WORKER, max_surge="one")]}, 'sturdy_processes[worker].max_surge="one": give a number of'),
+    ({"processes": [dict(WORKER, max_unavailable=-1)]}, "sturdy_processes[worker].max_unavailable=-1: give a number"),
+    ({"processes": [dict(WORKER, max_surge=0, max_unavailable="0%")]},
+     "sturdy_processes[worker]: max_surge and max_unavailable are both 0 for 2 instance(s), so no instance could"),
 ])
 def test_declarations_that_cannot_be_planned_name_the_variable(kwargs, message):
     app = kwargs.pop("app", "shop")
     with pytest.raises(AppPlanError) as err:
         plan(app, **{"build_id": "1", "processes": [WORKER], **kwargs})
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(("declared", "surge", "unavailable"), [
+    ({}, [], 1),
+    ({"max_surge": 1}, ["shop-worker@5.service"], 0),
+    ({"max_surge": "25%", "max_unavailable": "25%"}, ["shop-worker@5.service"], 1),
+    ({"max_surge": "30%"}, ["shop-worker@5.service", "shop-worker@6.service"], 0),  # 1.2 rounded up
+    ({"max_unavailable": "60%"}, [], 2),  # 2.4 rounded down
+    ({"max_surge": "100%"}, [f"shop-worker@{n}.service" for n in (5, 6, 7, 8)], 0),
+    ({"max_surge": 9, "max_unavailable": 9}, [f"shop-worker@{n}.service" for n in (5, 6, 7, 8)], 4),  # at most 4
+])
+def test_surge_units_follow_the_instances_and_max_unavailable_defaults_to_none_with_a_surge(declared, surge,
+                                                                                           unavailable):
+    worker = by_name(plan("shop", processes=[dict(WORKER, instances=4, **declared)]), "worker")
+    assert (worker["surge_units"], worker["max_unavailable"]) == (surge, unavailable)

@@ -237,3 +237,12 @@ def test_a_singleton_shows_only_on_the_host_that_runs_it():
     down = {**away, "UnitFileState": "enabled"}
     got = host_status(with_beat, [down], {}, {}, "b2", 1600.0, "h1")
     assert "h1 shop-beat@1.service is declared but inactive" in got["problems"][0]
+
+
+def test_a_surge_instance_draining_after_a_restart_is_shown_but_is_no_problem():
+    units = [show("shop-worker@1.service"), show("shop-worker@2.service"),
+             show("shop-worker@3.service", state="deactivating", pid="103"), show("shop-web@1.service", pid="102")]
+    got = status(units)
+    assert got["problems"] == []
+    worker = got["processes"][0]
+    assert [(i["unit"], i["declared"]) for i in worker["instances"]][-1] == ("shop-worker@3.service", False)

@@ -19,6 +19,7 @@ class FakeSystemd:
 
     def run(self, argv):
         self.log.append(argv)
+        names = argv[argv.index("--") + 1:] if "--" in argv else argv[-1:]
         if argv[:2] == ["systemctl", "show"]:
             name = argv[-1]
             self.polls[name] = self.polls.get(name, 0) + 1
@@ -27,14 +28,23 @@ class FakeSystemd:
                 unit.update(NRestarts=str(int(unit["NRestarts"]) + 1), InvocationID=unit["InvocationID"] + "x",
                             MainPID=str(int(unit["MainPID"]) + 1))
             return 0, "".join(f"{k}={v}\n" for k, v in unit.items()), ""
-        if argv[:2] == ["systemctl", "restart"]:
-            name = argv[-1]
-            if name in self.fail_restart:
+        if argv[:2] in (["systemctl", "restart"], ["systemctl", "start"]):
+            for name in names:
+                unit = self.units.setdefault(name, {"ActiveState": "inactive", "SubState": "dead", "Result": "success",
+                                                    "NRestarts": "0", "MainPID": "0", "InvocationID": ""})
+                if name in self.fail_restart:
+                    unit.update(ActiveState="failed", SubState="failed", Result="exit-code")
+                    continue
+                unit.update(InvocationID=f"inv-{len(self.log)}-{name}", MainPID=str(200 + len(self.log)),
+                            NRestarts="0", ActiveState="active", SubState="running",
+                            ActiveExitTimestampMonotonic="5000000", InactiveEnterTimestampMonotonic="12250000")
+                self.polls[name] = 0
+            if self.fail_restart & set(names):
                 return 1, "", "Job for x failed because the control process exited with error code."
-            unit = self.units[name]
-            unit.update(InvocationID=f"inv-{len(self.log)}", MainPID=str(200 + len(self.log)), NRestarts="0",
-                        ActiveExitTimestampMonotonic="5000000", InactiveEnterTimestampMonotonic="12250000")
-            self.polls[name] = 0
+            return 0, "", ""
+        if argv[:2] == ["systemctl", "stop"]:
+            for name in names:
+                self.units[name].update(ActiveState="deactivating", SubState="stop-sigterm")
             return 0, "", ""
         if argv[0] == "journalctl":
             return 0, "" if "--sync" in argv else self.journal_text, ""
@@ -46,13 +56,14 @@ class FakeSystemd:
         return Host(self.run, http, clock=lambda: self.now, wall=lambda: 1000.0 + self.now, sleep=sleep)
 
 
-def restarts(fake):
-    return [argv[-1] for argv in fake.log if argv[:2] == ["systemctl", "restart"]]
+def restarts(fake, verb="restart"):
+    """The units of each `systemctl <verb>` call, in order, one call's units joined by a space."""
+    return [" ".join(argv[argv.index("--") + 1:]) for argv in fake.log if argv[:2] == ["systemctl", verb]]
 
 
 def test_units_restart_in_order_each_settled_before_the_next():
     fake = FakeSystemd(["a@1.service", "a@2.service"])
-    done = roll(fake.host(), ["a@1.service", {"name": "a@2.service"}], settle=2)
+    done = roll(fake.host(), ["a@1.service", {"name": "a@2.service"}], settle=2)["restarted"]
     assert [d["name"] for d in done] == ["a@1.service", "a@2.service"] == restarts(fake)
     # Each was watched for the settle window before the next restart.
     assert all(d["seconds"] >= 2 for d in done)
@@ -86,7 +97,8 @@ def test_a_failed_restart_job_is_reported_with_systemds_words():
 def test_readiness_url_is_waited_for_and_times_out():
     fake = FakeSystemd(["web@1.service"])
     answers = iter([False, False, True])
-    done = roll(fake.host(http=lambda url: next(answers)), [{"name": "web@1.service", "http": "http://x/h"}], settle=0)
+    done = roll(fake.host(http=lambda url: next(answers)), [{"name": "web@1.service", "http": "http://x/h"}],
+                settle=0)["restarted"]
     assert done[0]["ready_seconds"] == 1.0  # two polls of 0.5 s
     never = FakeSystemd(["web@1.service"])
     with pytest.raises(RolloutError, match="http://x/h did not answer 2xx within 3s"):
@@ -107,5 +119,57 @@ def test_a_stop_that_used_its_whole_timeout_is_told_apart_from_a_warm_shutdown()
     for timeout, killed in (("7s", True), ("7250ms", True), ("1min 30s", False), ("infinity", False)):
         fake = FakeSystemd(["a@1.service"])
         fake.units["a@1.service"]["TimeoutStopUSec"] = timeout
-        (done,) = roll(fake.host(), ["a@1.service"], settle=0)
+        (done,) = roll(fake.host(), ["a@1.service"], settle=0)["restarted"]
         assert (done["stop_seconds"], done["stop_timed_out"]) == (7.25, killed), timeout
+
+
+def test_surge_units_come_up_first_then_the_instances_restart_in_batches_and_the_surge_drains():
+    fake = FakeSystemd([f"a@{n}.service" for n in (1, 2, 3, 4)])
+    group = {"units": [f"a@{n}.service" for n in (1, 2, 3, 4)], "surge": ["a@5.service", "a@6.service"],
+             "max_unavailable": 0}
+    done = roll(fake.host(), groups=[group], settle=1)
+    # Both surge units started (one call, side by side) before any running instance was touched.
+    verbs = [argv[1] for argv in fake.log if argv[:2] in (["systemctl", "start"], ["systemctl", "restart"],
+                                                          ["systemctl", "stop"])]
+    assert verbs == ["start", "restart", "restart", "stop"]
+    assert restarts(fake, "start") == ["a@5.service a@6.service"]
+    # Batches of len(surge) + max_unavailable = 2: never fewer than four consume.
+    assert restarts(fake, "restart") == ["a@1.service a@2.service", "a@3.service a@4.service"]
+    # Told to stop without waiting for their running tasks, once the last batch was stable.
+    assert [argv for argv in fake.log if argv[:2] == ["systemctl", "stop"]] == [
+        ["systemctl", "stop", "--no-block", "--", "a@5.service", "a@6.service"]]
+    assert [d["name"] for d in done["restarted"]] == group["units"]
+    assert [s["name"] for s in done["surge"]] == ["a@5.service", "a@6.service"]
+
+
+def test_only_restarts_the_listed_units_and_skips_a_type_with_none_surge_included():
+    fake = FakeSystemd(["a@1.service", "a@2.service", "b@1.service"])
+    groups = [{"units": ["a@1.service", "a@2.service"], "surge": ["a@3.service"], "max_unavailable": 0},
+              {"units": ["b@1.service"], "max_unavailable": 1}]
+    done = roll(fake.host(), groups=groups, only=["b@1.service"], settle=0)
+    assert restarts(fake, "start") == [] and restarts(fake) == ["b@1.service"]
+    assert done["surge"] == []
+
+
+def test_a_surge_unit_that_does_not_come_up_stops_the_rollout_before_any_running_instance_is_touched():
+    fake = FakeSystemd(["a@1.service", "a@2.service", "b@1.service"], crash_after={"a@3.service": 1})
+    groups = [{"units": ["a@1.service", "a@2.service"], "surge": ["a@3.service"]}, {"units": ["b@1.service"]}]
+    with pytest.raises(RolloutError) as err:
+        roll(fake.host(), groups=groups, settle=3)
+    assert err.value.failed_unit == "a@3.service"
+    assert "a@3.service (a surge instance, started beside the running ones before any of them was stopped) did not " \
+           "come up on the new code: systemd restarted it on its own" in err.value.msg
+    assert "Not restarted, still on the code they ran: a@1.service, a@2.service, b@1.service" in err.value.msg
+    assert restarts(fake) == [] and restarts(fake, "stop") == ["a@3.service"]
+
+
+def test_a_failing_batch_names_its_partner_stops_the_surge_and_leaves_the_rest():
+    fake = FakeSystemd([f"a@{n}.service" for n in (1, 2, 3, 4)], fail_restart={"a@2.service"})
+    group = {"units": [f"a@{n}.service" for n in (1, 2, 3, 4)], "surge": ["a@5.service"], "max_unavailable": 1}
+    with pytest.raises(RolloutError) as err:
+        roll(fake.host(), groups=[group], settle=0)
+    assert err.value.failed_unit == "a@2.service"
+    assert "a@2.service did not come up on the new code: the restart failed" in err.value.msg
+    assert "(restarted together with a@1.service)" in err.value.msg
+    assert "Not restarted, still on the code they ran: a@3.service, a@4.service" in err.value.msg
+    assert restarts(fake, "stop") == ["a@5.service"]

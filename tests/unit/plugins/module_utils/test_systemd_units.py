@@ -231,6 +231,10 @@ def test_plan_splits_a_rate_limit_between_every_instance_of_the_play():
         ({"adapter": "none", "rate_limit": 5}, r"sturdy_processes\[worker\]\.rate_limit: .* Celery workers only; "
                                                r"adapter none has none"),
         ({"adapter": "command", "max_deliveries": 3}, r"\.max_deliveries: .* adapter command has none"),
+        ({"rate_limit": 4, "max_surge": 1}, r"sturdy_processes\[worker\]\.max_surge: the instances share "
+                                             r"rate_limit=4 .* Remove max_surge \(or rate_limit\)"),
+        ({"singleton": True, "instances": 1, "max_surge": "100%"},
+         r"sturdy_processes\[worker\]\.max_surge: a singleton runs exactly one instance .* Remove max_surge"),
     ],
 )
 def test_plan_refuses_limits_it_cannot_enforce(declared, message):
@@ -334,3 +338,10 @@ def test_an_rq_worker_is_one_rq_worker_per_instance_and_feeds_no_watchdog():
         _plan([{"name": "worker", "command": ["/srv/p/venv/bin/rq", "worker-pool", "-n", "3"], "adapter": "rq"}])
     with pytest.raises(UnitSpecError, match=r"sturdy_processes\[worker\]\.watchdog_sec: only the agent inside a Celery worker"):
         _plan([{"name": "worker", "command": ["/srv/p/venv/bin/rq", "worker"], "adapter": "rq", "watchdog_sec": 30}])
+
+
+def test_plan_gives_the_rolling_restart_each_types_units_surge_and_batch():
+    (worker,) = _plan([dict(CELERY, instances=2, max_surge=1)])
+    assert worker["rollout"]["units"] == worker["restart_specs"] and len(worker["restart_specs"]) == 2
+    assert worker["rollout"]["surge"] == [{"name": "shop-worker@3.service", "http": None}]
+    assert worker["rollout"]["max_unavailable"] == 0
