@@ -11,6 +11,8 @@ type of 2 instances per host, deploys build 0 everywhere (not timed), then times
   backlog        A->B on host 1 while every slot runs a long task and more wait (restart phase against T)
   backlog-surge  the same with max_surge 100%: both instances restart at once while two surge instances consume
   mitogen        hosts-1 and no-op again on Mitogen's podman transport (mitogen_linear)
+  ssh            hosts-1, no-op and hosts-8 over SSH (sshd installed on the bench hosts, ControlPersist, pipelining),
+                 then hosts-1 and no-op on Mitogen's SSH transport (mitogen_ssh)
   status         sturdy.workers.status on host 1 against a bare `systemctl show` play (best of 3 each)
 
 Prints each against the floor (and hosts-N against hosts-1), writes .bench/bench.json and, with matplotlib,
@@ -97,6 +99,26 @@ def hosts_up() -> None:
             time.sleep(1)
 
 
+def ssh_up() -> dict[str, str]:
+    """sshd on every app host, root's key from .bench/ssh; each host's address on the bench network."""
+    key = OUT / "ssh" / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+    public = (key.parent / "id_ed25519.pub").read_text().strip()
+    setup = ("command -v sshd >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+             "-qq --no-install-recommends openssh-server >/dev/null) && mkdir -p -m 700 /root/.ssh && "
+             f"echo '{public}' > /root/.ssh/authorized_keys && systemctl enable --now ssh >/dev/null 2>&1; "
+             "systemctl is-active ssh")
+    jobs = [subprocess.Popen(["podman", "exec", name, "sh", "-c", setup], stdout=subprocess.PIPE, text=True)
+            for name in HOSTS]
+    for name, job in zip(HOSTS, jobs):
+        if job.wait() != 0:
+            raise SystemExit(f"bench: sshd did not start on {name}")
+    return {name: sh("podman", "inspect", "-f", "{{(index .NetworkSettings.Networks \"" + NET + "\").IPAddress}}",
+                     name, stdout=subprocess.PIPE).stdout.strip() for name in HOSTS}
+
+
 def clean() -> None:
     for name in [BROKER, *HOSTS]:
         subprocess.run(["podman", "rm", "-f", "-t", "0", name], capture_output=True, check=False)
@@ -148,9 +170,10 @@ class Bench:
         self.results[label] = {"seconds": round(seconds, 1), "phases": rep["phases"], "hosts": len(hosts)}
         return self.results[label]
 
-    def floor(self, label: str, host: str, build: str) -> dict:
+    def floor(self, label: str, host: str, build: str, *transport: str) -> dict:
         out = sh(sys.executable, str(ROOT / "tools" / "floor.py"), "--host", host, "--artifact",
-                 str(OUT / "dist" / f"shop-{build}.tar.gz"), "--build-id", build, stdout=subprocess.PIPE).stdout
+                 str(OUT / "dist" / f"shop-{build}.tar.gz"), "--build-id", build, *transport,
+                 stdout=subprocess.PIPE).stdout
         self.results[label] = json.loads(out) | {"hosts": 1}
         return self.results[label]
 
@@ -188,6 +211,25 @@ class Bench:
             extra = ["-e", f"sturdy_deploy_serial={serial}"] if serial else []
             self.deploy(f"hosts-{n}" + (f" serial {serial}" if serial else ""), HOSTS[:n], self.build(), None, *extra)
 
+        def ssh() -> None:
+            addresses = ssh_up()
+            inventory = OUT / "inventory-ssh.yml"
+            inventory.write_text(INVENTORY.format(out=OUT, broker=BROKER, first=HOSTS[0], apps="\n".join(
+                f"        {h}: {{ansible_connection: ssh, ansible_host: {addresses[h]}, ansible_user: root}}"
+                for h in HOSTS)))
+            options = ("-o ControlMaster=auto -o ControlPersist=120s -o ControlPath=/tmp/bench-ssh-%C "
+                       "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
+            env = dict(self.env, ANSIBLE_INVENTORY=str(inventory),
+                       ANSIBLE_PRIVATE_KEY_FILE=str(OUT / "ssh" / "id_ed25519"), ANSIBLE_SSH_ARGS=options)
+            self.floor("ssh floor", f"root@{addresses[HOSTS[0]]}", self.build(), "--transport", "ssh", "--ssh-args",
+                       f"-i {OUT / 'ssh' / 'id_ed25519'} {options}")
+            self.deploy("ssh hosts-1", HOSTS[:1], self.build(), env)
+            self.deploy("ssh no-op", HOSTS[:1], self.last(), env)
+            self.deploy("ssh hosts-8", HOSTS, self.build(), env)
+            # Mitogen's strategy takes ansible_connection=ssh over with its own SSH transport (mitogen_ssh).
+            self.deploy("mitogen_ssh hosts-1", HOSTS[:1], self.build(), on_mitogen(env))
+            self.deploy("mitogen_ssh no-op", HOSTS[:1], self.last(), on_mitogen(env))
+
         def mitogen() -> None:
             env = on_mitogen(self.env)
             self.deploy("mitogen hosts-1", HOSTS[:1], self.build(), env=env)
@@ -204,6 +246,7 @@ class Bench:
             "backlog": lambda: self.backlog(HOSTS[0]),
             "backlog-surge": lambda: self.backlog(HOSTS[0], "backlog surge", "-e", "bench_surge=100%"),
             "mitogen": mitogen,
+            "ssh": ssh,
             "status": self.status,
         }
         unknown = [p for p in parts if p not in steps]
@@ -241,6 +284,12 @@ def summary(results: dict) -> list[str]:
         line("backlog surge", what=f"restart {restart / TASK_SECONDS:.2f} x T (max_surge 100%)")
     line("mitogen hosts-1", "hosts-1", "hosts-1 stock")
     line("mitogen no-op", "no-op", "no-op stock")
+    line("ssh floor", "floor", "floor over podman")
+    line("ssh hosts-1", "ssh floor")
+    line("ssh no-op", "ssh hosts-1")
+    line("ssh hosts-8", "ssh hosts-1")
+    line("mitogen_ssh hosts-1", "ssh hosts-1", "ssh hosts-1 stock")
+    line("mitogen_ssh no-op", "ssh no-op", "ssh no-op stock")
     line("status", "bare show", "a bare systemctl show play")
     line("bare show", what="")
     return lines

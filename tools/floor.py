@@ -28,12 +28,12 @@ AGENT = Path(__file__).resolve().parent.parent / "roles" / "release" / "files" /
 class Transport:
     """podman exec/cp or ssh/scp to one host, every command as root."""
 
-    def __init__(self, kind: str, host: str):
-        self.kind, self.host = kind, host
+    def __init__(self, kind: str, host: str, ssh_args: str = ""):
+        self.kind, self.host, self.ssh_args = kind, host, shlex.split(ssh_args)
 
     def sh(self, script: str) -> str:
         argv = (["podman", "exec", self.host, "sh", "-c", script] if self.kind == "podman"
-                else ["ssh", self.host, "sh -c " + shlex.quote(script)])
+                else ["ssh", *self.ssh_args, self.host, "sh -c " + shlex.quote(script)])
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"floor: on {self.host}: {script[:120]} failed (rc {done.returncode}):\n"
@@ -42,7 +42,7 @@ class Transport:
 
     def put(self, src: Path, dest: str) -> None:
         argv = (["podman", "cp", str(src), f"{self.host}:{dest}"] if self.kind == "podman"
-                else ["scp", "-q", str(src), f"{self.host}:{dest}"])
+                else ["scp", "-q", *self.ssh_args, str(src), f"{self.host}:{dest}"])
         subprocess.run(argv, check=True)
 
 
@@ -111,6 +111,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="floor", description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--host", required=True)
     p.add_argument("--transport", choices=("podman", "ssh"), default="podman")
+    p.add_argument("--ssh-args", default="", help="options for ssh and scp (one string), e.g. '-i key -o ...'")
     p.add_argument("--artifact", required=True, type=Path)
     p.add_argument("--build-id", required=True)
     p.add_argument("--app", default="shop")
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
     p.add_argument("--celery-app", default="shopdemo.celery")
     p.add_argument("--migrate", default="bin/shop-migrate")
     a = p.parse_args(argv)
-    result = floor(Transport(a.transport, a.host), a.artifact, a.build_id, a.app, a.process, a.instances,
+    result = floor(Transport(a.transport, a.host, a.ssh_args), a.artifact, a.build_id, a.app, a.process, a.instances,
                    a.celery_app, a.migrate)
     print(json.dumps(result, sort_keys=True))
     return 0
