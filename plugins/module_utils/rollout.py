@@ -133,12 +133,16 @@ def batches(units: list, size: int) -> list[list]:
     return [units[i:i + size] for i in range(0, len(units), size)]
 
 
+def spec(unit) -> dict:
+    """A unit as the loop takes it: a name, or a dictionary with `name` (and `http`)."""
+    return unit if isinstance(unit, dict) else {"name": str(unit)}
+
+
 def as_groups(units: list | None = None, groups: list | None = None, only: list | None = None) -> list[dict]:
     """The process types to roll, each {units, surge, max_unavailable}; plain `units` are one type, one at a time
     without a surge. With `only`, units outside it are left alone, and a type with none left is skipped whole."""
     if groups is None:
         groups = [{"units": units or []}]
-    spec = lambda u: u if isinstance(u, dict) else {"name": str(u)}  # noqa: E731
     kept = []
     for group in groups:
         members = [spec(u) for u in group.get("units") or [] if only is None or spec(u)["name"] in only]

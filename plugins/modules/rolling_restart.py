@@ -17,10 +17,10 @@ description:
     (the worker agent sends it once the worker consumes), with C(Type=exec) the C(execve).
   - Then waits for the unit's HTTP readiness URL when it has one, and watches the unit for O(settle) seconds. It
     must stay active with the same C(InvocationID), C(MainPID) and no automatic restart, or it is in a crash loop.
-  - With O(groups), per process type, in order: its surge units are started first, on the new code, and proven
+  - With O(groups), per process type, in order, its surge units are started first, on the new code, and proven
     ready and stable before any running instance is stopped; then its units restart in batches of (surge units +
     C(max_unavailable)) side by side, each batch ready and stable before the next. Once the type's last batch is
-    stable its surge units are told to stop without waiting (a warm shutdown: they finish their running tasks).
+    stable its surge units are told to stop without waiting (a warm shutdown, they finish their running tasks).
   - Stops at the first unit that fails and reports it with its last journal lines; the units after it are not
     touched, so the others keep running the build they ran, and surge units are told to stop.
 options:

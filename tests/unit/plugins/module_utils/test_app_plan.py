@@ -182,7 +182,7 @@ def test_declarations_that_cannot_be_planned_name_the_variable(kwargs, message):
     ({"max_surge": "100%"}, [f"shop-worker@{n}.service" for n in (5, 6, 7, 8)], 0),
     ({"max_surge": 9, "max_unavailable": 9}, [f"shop-worker@{n}.service" for n in (5, 6, 7, 8)], 4),  # at most 4
 ])
-def test_surge_units_follow_the_instances_and_max_unavailable_defaults_to_none_with_a_surge(declared, surge,
-                                                                                           unavailable):
+def test_surge_units_follow_the_instances_and_max_unavailable_defaults_to_0_with_a_surge(
+        declared, surge, unavailable):
     worker = by_name(plan("shop", processes=[dict(WORKER, instances=4, **declared)]), "worker")
     assert (worker["surge_units"], worker["max_unavailable"]) == (surge, unavailable)

@@ -231,8 +231,8 @@ def test_plan_splits_a_rate_limit_between_every_instance_of_the_play():
         ({"adapter": "none", "rate_limit": 5}, r"sturdy_processes\[worker\]\.rate_limit: .* Celery workers only; "
                                                r"adapter none has none"),
         ({"adapter": "command", "max_deliveries": 3}, r"\.max_deliveries: .* adapter command has none"),
-        ({"rate_limit": 4, "max_surge": 1}, r"sturdy_processes\[worker\]\.max_surge: the instances share "
-                                             r"rate_limit=4 .* Remove max_surge \(or rate_limit\)"),
+        ({"rate_limit": 4, "max_surge": 1},
+         r"sturdy_processes\[worker\]\.max_surge: the instances share rate_limit=4 .* Remove max_surge \(or rate_limit\)"),
         ({"singleton": True, "instances": 1, "max_surge": "100%"},
          r"sturdy_processes\[worker\]\.max_surge: a singleton runs exactly one instance .* Remove max_surge"),
     ],
