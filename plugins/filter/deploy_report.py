@@ -91,7 +91,8 @@ def _instances(record: dict) -> dict:
         found[unit] = {
             "nrestarts_before": b.get("NRestarts"),
             "nrestarts_after": a.get("NRestarts"),
-            "restarted": bool(b.get("InvocationID")) and b.get("InvocationID") != a.get("InvocationID"),
+            # A new invocation of a unit that ran before; a unit gone since (a surge instance that drained) was not.
+            "restarted": bool(b.get("InvocationID") and a.get("InvocationID")) and b["InvocationID"] != a["InvocationID"],
             "restart_seconds": _get(restarted, unit, "seconds"),
             # How long the old process took to stop: a warm shutdown waits for the tasks it runs.
             "stop_seconds": _get(restarted, unit, "stop_seconds"),

@@ -121,3 +121,11 @@ def test_a_surge_instance_is_reported_apart_from_the_declared_ones():
     assert rep["hosts"]["h1"]["surge"] == rec["surge"]
     assert ("  shop-worker@2.service: surge, ready in 1.5s before any instance was stopped; told to stop once they "
             "were back (it finishes its running tasks, then exits)") in rep["summary"]
+
+
+def test_a_unit_gone_after_the_deploy_was_not_restarted():
+    # A surge instance of an earlier deploy, loaded before this one and garbage-collected since.
+    rec = record()
+    rec["before"]["shop-worker@3.service"] = {"NRestarts": "0", "InvocationID": "old-surge"}
+    rep = deploy_report({"h1": rec}, RUN, PLAN, 1070.0)
+    assert rep["hosts"]["h1"]["instances"]["shop-worker@3.service"]["restarted"] is False
