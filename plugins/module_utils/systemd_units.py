@@ -313,8 +313,8 @@ def plan_processes(
         proc["description"] = proc["description"].replace("%", "%%").replace("\n", " ")
         # What sturdy.workers.rolling_restart needs per instance.
         proc["restart_specs"] = [{"name": u, "http": proc["readiness_http"]} for u in proc["units"]]
-        proc["rollout"] = {"units": proc["restart_specs"], "max_unavailable": proc.get("max_unavailable", 1),
-                           "surge": [{"name": u, "http": proc["readiness_http"]} for u in proc.get("surge_units", [])]}
+        proc["rollout"] = {"units": proc["restart_specs"], "max_unavailable": proc["max_unavailable"],
+                           "surge": [{"name": u, "http": proc["readiness_http"]} for u in proc["surge_units"]]}
         timing = [int(proc[k]) for k in ("restart_sec", "restart_steps", "restart_max_delay")]
         proc["restart_backoff"] = backoff and delay_grows(*timing)
         delays = restart_delays(*timing, int(proc["start_limit_burst"]), proc["restart_backoff"])
