@@ -56,7 +56,9 @@ _value:
     - The report, a dictionary with C(app), C(build_id), C(run_id), C(owner), C(batches) (the rollout's host
       batches, P(sturdy.workers.batches#filter)), C(result) (C(success), C(failed) or
       C(rolled_back)), C(failures), C(seconds), C(phases), C(hosts) (per host C(from), C(to), C(switched),
-      C(rolled_back_to) and C(instances), each with its smoke answer's build, latency, C(smoke_ran_in),
+      C(unchanged) (nothing differed from the last successful deploy of the build, so only smoke jobs ran),
+      C(differs) (why a host already on the build was deployed in full again), C(rolled_back_to) and C(instances),
+      each with its smoke answer's build, latency, C(smoke_ran_in),
       C(smoke_busy), C(settings), the worker's reliability settings as it runs them, C(stop_seconds) and
       C(stop_timed_out), whether its stop used the whole C(TimeoutStopSec=)), C(queues) (per Celery
       queue after the deploy, C(depth), C(oldest_age), C(dead_letter_depth), C(consumers), C(rate_limit),
@@ -177,9 +179,15 @@ def deploy_report(records, run, plan, finished, rollback=True):
                 f"ROLLBACK FAILED on {name} at '{broken.get('task')}': {broken.get('msg')} current points at "
                 f"{broken.get('current')}; check the units (systemctl status {plan.get('target')}) and restart them "
                 "by hand.")
+        unchanged = bool(record.get("unchanged"))
         hosts[name] = {
-            "from": switch.get("previous") if switch.get("changed") else switch.get("current"),
-            "to": switch.get("current"),
+            "from": plan.get("build_id") if unchanged else (
+                switch.get("previous") if switch.get("changed") else switch.get("current")),
+            "to": plan.get("build_id") if unchanged else switch.get("current"),
+            # Nothing differed from the last successful deploy of the build: only the smoke jobs ran.
+            "unchanged": unchanged,
+            # Why a host that ran the build already was deployed in full again.
+            "differs": record.get("differs") or "",
             "switched": bool(switch.get("changed")),
             "rolled_back_to": record.get("rolled_back_to"),
             "instances": _instances(record),
@@ -206,8 +214,14 @@ def deploy_report(records, run, plan, finished, rollback=True):
     lines = [f"deploy {report['app']} {report['build_id']}: {report['result']} in {report['seconds']}s "
              f"({', '.join(f'{k} {v}s' for k, v in phases.items())})"]
     for name, host in hosts.items():
-        lines.append(f"{name}: {host['from'] or '(no release)'} -> {host['to']}"
-                     + (f", rolled back to {host['rolled_back_to']}" if host["rolled_back_to"] else ""))
+        if host["unchanged"]:
+            lines.append(f"{name}: {host['to']}, unchanged since its last deploy: nothing installed, written or "
+                         "restarted, the instances proven by their smoke jobs (-e sturdy_deploy_force=true redoes "
+                         "every step)")
+        else:
+            lines.append(f"{name}: {host['from'] or '(no release)'} -> {host['to']}"
+                         + (f", again in full ({host['differs']})" if host["differs"] else "")
+                         + (f", rolled back to {host['rolled_back_to']}" if host["rolled_back_to"] else ""))
         for unit, inst in host["instances"].items():
             smoke = (f"smoke {inst['smoke_build']} in {inst['smoke_latency']}s" if inst["smoke_build"] else "no smoke job")
             if inst["smoke_ran_in"] == "worker":

@@ -64,6 +64,8 @@ def root_paths(root: str) -> dict[str, str]:
         "lock": f"{root}/.deploy.lock",
         # Build, result and time of the last deploy (written by the deploy, read by the metrics collector).
         "last_deploy": f"{root}/.last-deploy.json",
+        # What the last successful deploy wrote (module_utils/deploy_state.py), root only.
+        "deployed": f"{root}/.deployed.json",
         # The artifact waits here between the copy and the install.
         "incoming": f"{root}/.incoming",
     }
@@ -262,6 +264,8 @@ def plan(
             executables.setdefault(inside, f"sturdy_migrate_command[0]={migrate_command[0]}")
     if artifact and not os.path.isabs(artifact):
         artifact = os.path.normpath(os.path.join(base_dir or os.getcwd(), artifact))
+    metrics_unit = f"sturdy-metrics-{app}"
+    metrics_config = f"/etc/sturdy-workers/{app}.metrics.json"
     return {
         "app": app,
         "build_id": build_id,
@@ -273,7 +277,8 @@ def plan(
         "state_dir": f"/var/lib/{app}",
         "task_records": f"/var/lib/{app}/sturdy-tasks",
         # The metrics collector's service and timer (sturdy.workers.observe, entry point metrics).
-        "metrics_unit": f"sturdy-metrics-{app}",
+        "metrics_unit": metrics_unit,
+        "metrics_config": metrics_config,
         "marker": marker(app),
         "unit_dir": UNIT_DIR,
         "unit_files": [template_unit(app, "*"), target_unit(app)],
@@ -283,6 +288,10 @@ def plan(
         "users": sorted({p["user"] for p in procs}),
         "groups": sorted({p["group"] for p in procs}),
         "secrets": secret_layout,
+        # Every file a deploy writes on the host (glob patterns; directories walked): a redeploy of the same build
+        # that finds them as the last successful deploy left them has nothing to write (module deploy_state).
+        "state_files": [f"{UNIT_DIR}/{target_unit(app)}", f"{UNIT_DIR}/{app}-*", f"{UNIT_DIR}/{metrics_unit}.*",
+                        secret_layout["directory"], f"{metrics_config}*"],
         "processes": procs,
         "smoke_processes": smoke_processes(procs),
         "executables": executables,

@@ -214,6 +214,17 @@ def query(
     return result
 
 
+def add_cwd(units: dict[str, dict], proc: str = "/proc") -> None:
+    """Give each unit `Cwd`: the working directory of its main process, resolved (the release it runs from; a deploy
+    killed midway leaves several), None when it is not running."""
+    for props in units.values():
+        pid = props.get("MainPID") or "0"
+        try:
+            props["Cwd"] = os.path.realpath(f"{proc}/{int(pid)}/cwd") if pid != "0" else None
+        except (OSError, ValueError):
+            props["Cwd"] = None
+
+
 # What the crash-loop watch compares while a restarted unit settles.
 WATCH_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID")
 

@@ -101,13 +101,12 @@ unit_files:
       marker: true
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import (
     DEFAULT_PROPERTIES,
     SystemdQueryError,
+    add_cwd,
     find_unit_files,
     query,
 )
@@ -135,13 +134,7 @@ def main():
         result = query(run, module.params["units"], module.params["target"], module.params["properties"])
     except SystemdQueryError as exc:
         module.fail_json(msg=str(exc))
-    for props in result["units"].values():
-        # The release a running unit's main process runs from (a deploy killed midway leaves several).
-        pid = props.get("MainPID") or "0"
-        try:
-            props["Cwd"] = os.path.realpath(f"/proc/{int(pid)}/cwd") if pid != "0" else None
-        except (OSError, ValueError):
-            props["Cwd"] = None
+    add_cwd(result["units"])
     result["unit_files"] = find_unit_files(module.params["unit_files"], module.params["marker"])
     module.exit_json(changed=False, **result)
 

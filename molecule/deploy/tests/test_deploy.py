@@ -71,6 +71,11 @@ def test_same_build_again_changes_and_restarts_nothing():
     assert set(recaps(result)) == set(APPS)
     assert all(r["changed"] == 0 for r in recaps(result).values()), recaps(result)
     assert invocations() == before
+    # Nothing differed from the last deploy on any host: only the smoke jobs ran, every instance answering build 2.
+    rep = report()
+    assert rep["result"] == "success" and all(h["unchanged"] for h in rep["hosts"].values()), rep["hosts"]
+    assert all(i["smoke_build"] == B2 for name in WORKERS for i in rep["hosts"][name]["instances"].values())
+    assert "unchanged since its last deploy: nothing installed, written or restarted" in said(result)
 
 
 def test_failing_migration_stops_before_the_switch():

@@ -167,6 +167,34 @@ def test_an_rq_worker_without_a_redis_url_fails_early_naming_it_and_nothing_chan
         assert host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") == before[name]
 
 
+def test_the_live_build_again_only_proves_the_instances_and_a_secret_file_changed_by_hand_is_deployed_again():
+    cred = "/etc/parcel/credentials/RQ_REDIS_URL"
+    mode = host("rq-bookworm").check_output(f"stat -c %a {cred}")
+    host("rq-bookworm").check_output(f"chmod 0644 {cred}")
+    shown = {name: host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") for name in HOSTS}
+    deploy = ["sturdy.workers.deploy", "-e", f"sturdy_build_id={B2}", "-e", "sturdy_deploy_hosts=apps"]
+    succeeded(playbook(*deploy))
+    rep = report()
+    bookworm, trixie = rep["hosts"]["rq-bookworm"], rep["hosts"]["rq-trixie"]
+    # The host nobody touched: nothing installed, written or restarted; its instances proven by their smoke jobs.
+    assert (trixie["unchanged"], trixie["switched"], trixie["surge"]) == (True, False, []), trixie
+    assert host("rq-trixie").check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") == shown["rq-trixie"]
+    assert any(line.startswith(f"rq-trixie: {B2}, unchanged since its last deploy") for line in rep["summary"])
+    # The other: deployed again in full, saying why, and the file is as the deploy writes it.
+    assert not bookworm["unchanged"] and bookworm["differs"] == f"{cred} changed since the last deploy", bookworm
+    assert host("rq-bookworm").check_output(f"stat -c %a {cred}") == mode
+    for name in HOSTS:
+        assert all(rep["hosts"][name]["instances"][unit]["smoke_build"] == B2 for unit in UNITS), rep["hosts"][name]
+    # Now nothing differs on either host; with sturdy_deploy_force both are deployed in full.
+    shown = {name: host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") for name in HOSTS}
+    succeeded(playbook(*deploy))
+    assert all(report()["hosts"][name]["unchanged"] for name in HOSTS), report()["hosts"]
+    assert {name: host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") for name in HOSTS} == shown
+    succeeded(playbook(*deploy, "-e", "sturdy_deploy_force=true"))
+    assert [(h["unchanged"], h["differs"]) for h in report()["hosts"].values()] == [
+        (False, "sturdy_deploy_force=true")] * len(HOSTS), report()["hosts"]
+
+
 def test_the_canary_fails_so_it_is_rolled_back_and_the_other_host_is_never_switched_or_restarted():
     # Build 3 cannot start on these hosts (a drop-in refuses it while current points at it), whichever host goes
     # first; the default rollout is one canary host, then the rest.

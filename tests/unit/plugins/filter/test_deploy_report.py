@@ -129,3 +129,17 @@ def test_a_unit_gone_after_the_deploy_was_not_restarted():
     rec["before"]["shop-worker@3.service"] = {"NRestarts": "0", "InvocationID": "old-surge"}
     rep = deploy_report({"h1": rec}, RUN, PLAN, 1070.0)
     assert rep["hosts"]["h1"]["instances"]["shop-worker@3.service"]["restarted"] is False
+
+
+def test_an_unchanged_host_says_nothing_was_done_and_a_full_redeploy_says_why():
+    same = {k: v for k, v in record(after_inv="a").items() if k not in ("switch", "restarted")}
+    again = {**record(), "differs": "/etc/shop/shop.env changed since the last deploy"}
+    rep = deploy_report({"h1": {**same, "unchanged": True}, "h2": again}, RUN, PLAN, 1070.0)
+    assert rep["result"] == "success"
+    h1, h2 = rep["hosts"]["h1"], rep["hosts"]["h2"]
+    assert (h1["unchanged"], h1["from"], h1["to"], h1["switched"], h1["differs"]) == (True, "2", "2", False, "")
+    assert h1["instances"]["shop-worker@1.service"]["restarted"] is False
+    assert (h2["unchanged"], h2["differs"]) == (False, "/etc/shop/shop.env changed since the last deploy")
+    assert ("h1: 2, unchanged since its last deploy: nothing installed, written or restarted, the instances proven by "
+            "their smoke jobs (-e sturdy_deploy_force=true redoes every step)") in rep["summary"]
+    assert "h2: 1 -> 2, again in full (/etc/shop/shop.env changed since the last deploy)" in rep["summary"]

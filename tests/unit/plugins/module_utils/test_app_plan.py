@@ -35,6 +35,15 @@ def test_paths_default_to_srv_app():
         "/srv/shop", "/srv/shop/releases", "/srv/shop/current", "/srv/shop/previous")
     assert p["lock"] == "/srv/shop/.deploy.lock" and p["incoming"] == "/srv/shop/.incoming"
     assert p["release"] == "/srv/shop/releases/2026.11.29-2"
+    assert (p["last_deploy"], p["deployed"]) == ("/srv/shop/.last-deploy.json", "/srv/shop/.deployed.json")
+
+
+def test_state_files_are_every_file_a_deploy_writes():
+    p = shop()
+    assert p["state_files"] == ["/etc/systemd/system/shop.target", "/etc/systemd/system/shop-*",
+                                "/etc/systemd/system/sturdy-metrics-shop.*", "/etc/shop",
+                                "/etc/sturdy-workers/shop.metrics.json*"]
+    assert (p["metrics_unit"], p["metrics_config"]) == ("sturdy-metrics-shop", "/etc/sturdy-workers/shop.metrics.json")
 
 
 def test_root_can_be_moved_and_is_normalised():

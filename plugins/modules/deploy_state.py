@@ -1,0 +1,207 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: deploy_state
+short_description: What the last successful deploy left on a host, and whether a redeploy would change anything
+version_added: 0.4.0
+author: sturdy.workers contributors (@sturdy-workers)
+description:
+  - O(state=query) reads the app's instances (as M(sturdy.workers.unit_health) does for O(target)) and the record the
+    last successful deploy left under O(root), and says whether deploying O(build_id) again would change anything
+    here. Nothing differs when the record names O(build_id) and O(fingerprint), C(current) names O(build_id), its
+    release is complete, every file the record lists (O(files)) has the content, owner and mode it had, no such file
+    appeared, every one of O(units) is active, runs its current definition and runs from that release, and none of
+    O(elsewhere) runs.
+    Otherwise RV(why) names the first difference. It changes nothing.
+  - O(state=present) records the end of a deploy - its build, O(result), time and O(run_id) in the C(.last-deploy.json)
+    the metrics collector reads - and, when O(result=success), the record a later O(state=query) compares with
+    (C(.deployed.json), readable by root only), with the digests of the files O(files) name now.
+  - Supports check mode (nothing is written).
+options:
+  root:
+    description: The app's root (P(sturdy.workers.app_plan#filter) C(root)).
+    type: path
+    required: true
+  build_id:
+    description: The build being deployed.
+    type: str
+    required: true
+  state:
+    description: Compare with the record (C(query)) or write it (C(present)).
+    type: str
+    choices: [query, present]
+    default: query
+  fingerprint:
+    description:
+      - A digest of everything the deploy was given (P(sturdy.workers.deploy_fingerprint#filter)). It goes into the
+        record; no value it was computed from does.
+    type: str
+    default: ""
+  files:
+    description:
+      - Glob patterns of the files the deploy writes (P(sturdy.workers.app_plan#filter) C(state_files));
+        directories are walked.
+    type: list
+    elements: str
+    default: []
+  target:
+    description: With O(state=query), the app's target unit, whose members are read and returned.
+    type: str
+  units:
+    description: With O(state=query), the instances that must run the build (every instance planned for this host).
+    type: list
+    elements: str
+    default: []
+  elsewhere:
+    description: With O(state=query), instances that must not run here (a singleton placed on another host).
+    type: list
+    elements: str
+    default: []
+  result:
+    description: With O(state=present), how the deploy ended (C(success), C(failed), C(rolled_back)).
+    type: str
+    default: success
+  run_id:
+    description: With O(state=present), the deploy's run ID.
+    type: str
+    default: ""
+  finished:
+    description: With O(state=present), when the deploy ended (seconds since the epoch).
+    type: float
+seealso:
+  - module: sturdy.workers.unit_health
+  - plugin: sturdy.workers.deploy_fingerprint
+    plugin_type: filter
+"""
+
+EXAMPLES = r"""
+- name: Read the instances and whether deploying the build again would change anything
+  sturdy.workers.deploy_state:
+    root: /srv/shop
+    build_id: 2026.11.29-2
+    fingerprint: "{{ dict(query('ansible.builtin.varnames', '^sturdy_')
+                     | zip(query('ansible.builtin.vars', *query('ansible.builtin.varnames', '^sturdy_'))))
+                     | sturdy.workers.deploy_fingerprint }}"
+    files: [/etc/systemd/system/shop.target, /etc/systemd/system/shop-*, /etc/shop]
+    target: shop.target
+    units: [shop-worker@1.service, shop-worker@2.service]
+  register: state
+
+- name: Record a successful deploy
+  sturdy.workers.deploy_state:
+    root: /srv/shop
+    build_id: 2026.11.29-2
+    state: present
+    result: success
+    fingerprint: "{{ fingerprint }}"
+    files: [/etc/systemd/system/shop.target, /etc/systemd/system/shop-*, /etc/shop]
+    finished: "{{ now().timestamp() }}"
+"""
+
+RETURN = r"""
+same:
+  description: With O(state=query), whether nothing differs from the last successful deploy of O(build_id).
+  returned: always
+  type: bool
+why:
+  description: With O(state=query), the first difference found (empty when RV(same)).
+  returned: always
+  type: str
+  sample: /etc/systemd/system/shop-worker@.service changed since the last deploy
+recorded_build:
+  description: The build the last successful deploy recorded (empty when none).
+  returned: always
+  type: str
+members:
+  description: With O(state=query), the services O(target) wants.
+  returned: always
+  type: list
+  elements: str
+units:
+  description: With O(state=query), the properties of O(units) and the members, as M(sturdy.workers.unit_health) returns.
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import root_paths
+from ansible_collections.sturdy.workers.plugins.module_utils.deploy_state import (
+    differs,
+    file_digests,
+    read_record,
+    record,
+    write_json,
+)
+from ansible_collections.sturdy.workers.plugins.module_utils.releases import Layout, ReleaseError, release_state
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import SystemdQueryError, add_cwd, query
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "required": True},
+            "build_id": {"type": "str", "required": True},
+            "state": {"type": "str", "choices": ["query", "present"], "default": "query"},
+            "fingerprint": {"type": "str", "default": "", "no_log": False},
+            "files": {"type": "list", "elements": "str", "default": []},
+            "target": {"type": "str"},
+            "units": {"type": "list", "elements": "str", "default": []},
+            "elsewhere": {"type": "list", "elements": "str", "default": []},
+            "result": {"type": "str", "default": "success"},
+            "run_id": {"type": "str", "default": ""},
+            "finished": {"type": "float"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    where = root_paths(p["root"])
+    found = read_record(where["deployed"])
+    out = {"changed": False, "same": False, "why": "", "members": [], "units": {},
+           "recorded_build": (found or {}).get("build_id") or ""}
+    if p["state"] == "present":
+        if not module.check_mode and os.path.isdir(where["root"]):
+            done = {"build": p["build_id"], "result": p["result"], "finished": p["finished"], "run": p["run_id"]}
+            out["changed"] = write_json(where["last_deploy"], done, 0o644)
+            if p["result"] == "success":
+                mine = record(p["build_id"], p["fingerprint"], file_digests(p["files"]))
+                out["changed"] = write_json(where["deployed"], mine, 0o600) or out["changed"]
+        module.exit_json(**out)
+
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        module.fail_json(msg="systemctl not found: this host is not managed by systemd, which sturdy.workers needs")
+
+    def run(argv):
+        return module.run_command([systemctl, *argv[1:]], environ_update={"LC_ALL": "C", "SYSTEMD_COLORS": "0"})
+
+    try:
+        read = query(run, p["units"] + p["elsewhere"], p["target"])
+    except SystemdQueryError as exc:
+        module.fail_json(msg=str(exc))
+    add_cwd(read["units"])
+    out.update(members=read["members"], units=read["units"])
+    layout = Layout(where["root"])
+    try:
+        current = layout.link_target(layout.current)
+        complete = release_state(layout, p["build_id"]) == "installed"
+    except ReleaseError as exc:
+        current, complete = None, False
+        out["why"] = str(exc)
+    if not out["why"]:
+        out["why"] = differs(found, p["build_id"], p["fingerprint"], file_digests(p["files"]), current, p["units"],
+                             read["units"], layout.release(p["build_id"]), layout.releases, p["elsewhere"])
+        if not out["why"] and not complete:
+            out["why"] = f"the release of {p['build_id']} is not complete"
+    out["same"] = not out["why"]
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

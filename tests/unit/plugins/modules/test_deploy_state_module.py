@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.sturdy.workers.plugins.modules import deploy_state
+
+BUILD = "2026.11.29-2"
+
+
+def systemd(active="active"):
+    return [
+        (["/usr/bin/systemctl", "--version"], (0, "systemd 257 (257.9)\n", "")),
+        (["/usr/bin/systemctl", "show", "--property=Wants,ConsistsOf"], (0, "shop-worker@1.service\n\n", "")),
+        (["/usr/bin/systemctl", "show"],
+         (0, f"Id=shop-worker@1.service\nActiveState={active}\nMainPID=0\nNeedDaemonReload=no\n", "")),
+    ]
+
+
+def installed(root, build=BUILD):
+    release = root / "releases" / build
+    release.mkdir(parents=True)
+    (release / "RELEASE.json").write_text(json.dumps({"checksum": "c"}))
+    os.symlink(f"releases/{build}", root / "current")
+
+
+def test_records_a_success_then_finds_nothing_different_and_names_what_changed(run_module, tmp_path):
+    root, unit = tmp_path / "srv", tmp_path / "shop-worker@.service"
+    root.mkdir()
+    installed(root)
+    unit.write_text("[Service]\n")
+    common = {"root": str(root), "build_id": BUILD, "fingerprint": "f" * 64, "files": [str(tmp_path / "shop-*")]}
+    result, calls = run_module(deploy_state, {**common, "state": "present", "result": "success", "run_id": "r",
+                                              "finished": 1.5})
+    assert result["changed"] is True and calls == []
+    assert json.loads((root / ".last-deploy.json").read_text()) == {"build": BUILD, "result": "success",
+                                                                    "finished": 1.5, "run": "r"}
+    assert (os.stat(root / ".deployed.json").st_mode & 0o777) == 0o600
+    query = {**common, "target": "shop.target", "units": ["shop-worker@1.service"], "_ansible_check_mode": True}
+    result, dummy = run_module(deploy_state, query, systemd())
+    assert (result["same"], result["why"], result["recorded_build"]) == (True, "", BUILD)
+    assert result["units"]["shop-worker@1.service"]["Cwd"] is None and result["members"] == ["shop-worker@1.service"]
+    unit.write_text("[Service]\nKillMode=process\n")
+    result, dummy = run_module(deploy_state, query, systemd())
+    assert (result["same"], result["why"]) == (False, f"{unit} changed since the last deploy")
+    unit.write_text("[Service]\n")
+    result, dummy = run_module(deploy_state, query, systemd("inactive"))
+    assert (result["same"], result["why"]) == (False, "shop-worker@1.service is inactive")
+    # A failed deploy records its result for the metrics, and leaves the last success's record alone.
+    result, dummy = run_module(deploy_state, {**common, "fingerprint": "g" * 64, "state": "present",
+                                              "result": "failed"})
+    assert json.loads((root / ".last-deploy.json").read_text())["result"] == "failed"
+    assert json.loads((root / ".deployed.json").read_text())["fingerprint"] == "f" * 64
+
+
+def test_without_a_record_or_a_complete_release_it_differs(run_module, tmp_path):
+    root = tmp_path / "srv"
+    root.mkdir()
+    query = {"root": str(root), "build_id": BUILD, "target": "shop.target", "units": ["shop-worker@1.service"]}
+    result, dummy = run_module(deploy_state, query, systemd())
+    assert (result["same"], result["why"], result["recorded_build"]) == (False, "no successful deploy is recorded here", "")
+    os.symlink("/etc", root / "current")
+    result, dummy = run_module(deploy_state, query, systemd())
+    assert result["same"] is False and "is not a release under" in result["why"]
+
+
+def test_check_mode_writes_nothing(run_module, tmp_path):
+    root = tmp_path / "srv"
+    root.mkdir()
+    result, dummy = run_module(deploy_state, {"root": str(root), "build_id": BUILD, "state": "present",
+                                              "_ansible_check_mode": True})
+    assert result["changed"] is False and list(root.iterdir()) == []
