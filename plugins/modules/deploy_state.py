@@ -122,7 +122,7 @@ members:
   type: list
   elements: str
 units:
-  description: With O(state=query), the properties of O(units) and the members, as M(sturdy.workers.unit_health) returns.
+  description: With O(state=query), the properties of the members, as M(sturdy.workers.unit_health) returns them.
   returned: always
   type: dict
 """
@@ -186,7 +186,8 @@ def main():
     except SystemdQueryError as exc:
         module.fail_json(msg=str(exc))
     add_cwd(read["units"])
-    out.update(members=read["members"], units=read["units"])
+    # The target's members, as unit_health returns them for the report; the other units asked for are only compared.
+    out.update(members=read["members"], units={u: read["units"][u] for u in read["members"]})
     layout = Layout(where["root"])
     try:
         current = layout.link_target(layout.current)
