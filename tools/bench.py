@@ -166,7 +166,12 @@ class Bench:
         rep = json.loads(report.read_text())
         if rep["result"] != "success":
             raise SystemExit(f"bench: deploy {label} did not succeed: {rep['message']}")
-        self.results[label] = {"seconds": round(seconds, 1), "phases": rep["phases"], "hosts": len(hosts)}
+        self.results[label] = {"seconds": round(seconds, 1), "phases": rep["phases"], "hosts": len(hosts),
+                               # Hosts where nothing differed from their last deploy (a no-op's must be all).
+                               "unchanged": sum(bool(h.get("unchanged")) for h in rep["hosts"].values())}
+        if "no-op" in label and self.results[label]["unchanged"] != len(hosts):
+            raise SystemExit(f"bench: the {label} deploy was not a no-op: "
+                             + "; ".join(f"{n}: {h.get('differs')}" for n, h in rep["hosts"].items()))
         return self.results[label]
 
     def floor(self, label: str, host: str, build: str, *transport: str) -> dict:
