@@ -214,6 +214,19 @@ def query(
     return result
 
 
+def systemctl_runner(module) -> Runner:
+    """A Runner for an AnsibleModule: systemctl as the host has it, in the C locale without colours. Fails the
+    module on a host without systemctl."""
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        module.fail_json(msg="systemctl not found: this host is not managed by systemd, which sturdy.workers needs")
+
+    def run(argv):
+        return module.run_command([systemctl, *argv[1:]], environ_update={"LC_ALL": "C", "SYSTEMD_COLORS": "0"})
+
+    return run
+
+
 def add_cwd(units: dict[str, dict], proc: str = "/proc") -> None:
     """Give each unit `Cwd`: the working directory of its main process, resolved (the release it runs from; a deploy
     killed midway leaves several), None when it is not running."""

@@ -140,7 +140,12 @@ from ansible_collections.sturdy.workers.plugins.module_utils.deploy_state import
     write_json,
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import Layout, ReleaseError, release_state
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import SystemdQueryError, add_cwd, query
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import (
+    SystemdQueryError,
+    add_cwd,
+    query,
+    systemctl_runner,
+)
 
 
 def main():
@@ -174,13 +179,7 @@ def main():
                 out["changed"] = write_json(where["deployed"], mine, 0o600) or out["changed"]
         module.exit_json(**out)
 
-    systemctl = module.get_bin_path("systemctl")
-    if not systemctl:
-        module.fail_json(msg="systemctl not found: this host is not managed by systemd, which sturdy.workers needs")
-
-    def run(argv):
-        return module.run_command([systemctl, *argv[1:]], environ_update={"LC_ALL": "C", "SYSTEMD_COLORS": "0"})
-
+    run = systemctl_runner(module)
     try:
         read = query(run, p["units"] + p["elsewhere"], p["target"])
     except SystemdQueryError as exc:

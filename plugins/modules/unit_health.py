@@ -109,6 +109,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query impor
     add_cwd,
     find_unit_files,
     query,
+    systemctl_runner,
 )
 
 
@@ -123,13 +124,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    systemctl = module.get_bin_path("systemctl")
-    if not systemctl:
-        module.fail_json(msg="systemctl not found: this host is not managed by systemd, which sturdy.workers needs")
-
-    def run(argv):
-        return module.run_command([systemctl, *argv[1:]], environ_update={"LC_ALL": "C", "SYSTEMD_COLORS": "0"})
-
+    run = systemctl_runner(module)
     try:
         result = query(run, module.params["units"], module.params["target"], module.params["properties"])
     except SystemdQueryError as exc:
