@@ -16,7 +16,14 @@ import glob
 import hashlib
 import json
 import os
-from typing import Any, Callable
+from typing import Any
+
+from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
+    ReleaseError,
+    read_json,
+    sha256_file,
+    write_file,
+)
 
 RECORD_VERSION = 1
 
@@ -55,9 +62,7 @@ def code_digest(root: str) -> str:
                 if name.endswith((".pyc", ".pyo")):
                     continue
                 path = os.path.join(dirpath, name)
-                digest.update(os.path.relpath(path, root).encode() + b"\0")
-                with open(path, "rb") as fh:
-                    digest.update(hashlib.sha256(fh.read()).digest())
+                digest.update(f"{os.path.relpath(path, root)}\0{sha256_file(path)}\0".encode())
     return digest.hexdigest()
 
 
@@ -69,11 +74,7 @@ def fingerprint(variables: dict[str, Any], code: str) -> str:
 
 def _file_digest(path: str) -> str:
     info = os.lstat(path)
-    if os.path.islink(path):
-        what = "link " + os.readlink(path)
-    else:
-        with open(path, "rb") as fh:
-            what = hashlib.sha256(fh.read()).hexdigest()
+    what = "link " + os.readlink(path) if os.path.islink(path) else sha256_file(path)
     # Owner and mode too: a secret file made world-readable by hand is a difference.
     return f"{info.st_mode:o} {info.st_uid}:{info.st_gid} {what}"
 
@@ -144,11 +145,11 @@ def differs(found: dict[str, Any] | None, build_id: str, print_: str, digests: d
             or _units_why(declared, units, release, releases, elsewhere or []))
 
 
-def read_record(path: str, read: Callable[[str], str] | None = None) -> dict[str, Any] | None:
+def read_record(path: str) -> dict[str, Any] | None:
+    """The record at `path`; None when there is none or it cannot be read (then the deploy is a full one)."""
     try:
-        text = read(path) if read else open(path, encoding="utf-8").read()  # noqa: SIM115
-        data = json.loads(text)
-    except (OSError, ValueError):
+        data = read_json(path)
+    except ReleaseError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -162,10 +163,5 @@ def write_json(path: str, data: dict[str, Any], mode: int) -> bool:
                 return False
     except OSError:
         pass
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    write_file(path, text, mode)
     return True

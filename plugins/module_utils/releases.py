@@ -258,9 +258,9 @@ def agent_changes(release: str, source: str) -> dict[str, str]:
 
 
 def write_file(path: str, content: str, mode: int = 0o644) -> None:
-    """Write by rename, so a reader never sees half a file."""
+    """Write by rename, so a reader never sees half a file; the file has `mode` from its creation on."""
     tmp = f"{path}.sturdy-tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8") as fh:
         fh.write(content)
     os.chmod(tmp, mode)
     os.replace(tmp, path)

@@ -312,9 +312,9 @@ def plan_processes(
                     "(ProtectHome=yes). Install the app under /srv or /opt")
         proc["description"] = proc["description"].replace("%", "%%").replace("\n", " ")
         # What sturdy.workers.rolling_restart needs per instance.
-        proc["restart_specs"] = [{"name": u, "http": proc["readiness_http"]} for u in proc["units"]]
-        proc["rollout"] = {"units": proc["restart_specs"], "max_unavailable": proc["max_unavailable"],
-                           "surge": [{"name": u, "http": proc["readiness_http"]} for u in proc["surge_units"]]}
+        proc["restart_specs"], surge = ([{"name": u, "http": proc["readiness_http"]} for u in proc[key]]
+                                        for key in ("units", "surge_units"))
+        proc["rollout"] = {"units": proc["restart_specs"], "max_unavailable": proc["max_unavailable"], "surge": surge}
         timing = [int(proc[k]) for k in ("restart_sec", "restart_steps", "restart_max_delay")]
         proc["restart_backoff"] = backoff and delay_grows(*timing)
         delays = restart_delays(*timing, int(proc["start_limit_burst"]), proc["restart_backoff"])
