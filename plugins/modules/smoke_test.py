@@ -18,8 +18,9 @@ description:
     agent consumes the smoke queue on a channel of its own, so the job never waits behind the app's tasks; with a free
     pool slot it runs in the pool (C(ran_in=pool)); with every slot busy the worker's main process answers at once
     (C(ran_in=worker)) and names the tasks occupying the slots (C(busy)).
-  - Then sends one job through each queue in O(queues), the names the producers use; some worker must take it. A
-    queue renamed on one side only fails here, with the queues the workers do consume. A queue that already holds
+  - With them (one client run sends every job) one job through each queue in O(queues), the names the producers
+    use; some worker must take it. It counts once every instance answered. A queue renamed on one side only fails
+    here, with the queues the workers do consume. A queue that already holds
     messages gets no job (it would wait behind them, past the deadline); instead every worker consuming it must
     answer the agent's health query with O(build_id), and at least one must consume it.
   - The client runs on the host through C(systemd-run) as O(user) with O(properties) (the units'
@@ -198,13 +199,17 @@ def main():
 
     failures, warnings = [], []
     instances = []
+    pids = []
     if p["units"]:
         rc, out, err = module.run_command(["systemctl", "show", "--property=MainPID", "--value", "--", *p["units"]])
         pids = out.split() if rc == 0 else []
-        queues = [smoke_queue(unit, host) for unit in p["units"]]
-        instances = send(queues)
-        if len(instances) != len(queues):
-            module.fail_json(msg=f"The smoke client answered for {len(instances)} of {len(queues)} queues on {host}")
+    # One client run sends every job, the instances' and the real queues' (each run starts the app's Python).
+    own = [smoke_queue(unit, host) for unit in p["units"]]
+    answered = send(own + p["queues"]) if own or p["queues"] else []
+    if p["units"]:
+        instances = answered[:len(own)]
+        if len(instances) != len(own):
+            module.fail_json(msg=f"The smoke client answered for {len(instances)} of {len(own)} queues on {host}")
         rc, out, err = module.run_command(["systemctl", "show", "--property=MainPID", "--value", "--", *p["units"]])
         pids_after = out.split() if rc == 0 else []
         for unit, pid, pid_after, entry in zip(p["units"], pids + [None] * len(p["units"]),
@@ -235,7 +240,8 @@ def main():
                 failures.append(f"{unit} on {host} answered, but {'; '.join(entry['problems'])}")
             warnings += reliability_warnings(unit, answer.get("settings") or {}, p["stop_timeout"])
     consumed = sorted({q for e in instances if e.get("ok") for q in e["answer"].get("queues", [])})
-    results = send(p["queues"]) if p["queues"] and not failures else []
+    # A real queue counts only once every instance answered (its job went out with theirs).
+    results = answered[len(own):] if not failures else []
     for entry in results:
         if "backlog" in entry:
             # The queue held messages: no job was sent behind them; the workers consuming it now are the proof.

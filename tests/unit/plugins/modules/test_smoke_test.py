@@ -46,8 +46,11 @@ def test_an_old_build_fails_naming_the_unit(run_module, monkeypatch):
 
 def test_a_queue_nobody_consumes_names_what_the_workers_do_consume(run_module, monkeypatch):
     lost = {"queue": "default", "ok": False, "error": "TimeoutError"}
-    result, dummy = run(run_module, monkeypatch, {**ARGS, "queues": ["default"]}, [[answer(queues=["orders"])], [lost]])
+    result, calls = run(run_module, monkeypatch, {**ARGS, "queues": ["default"]}, [[answer(queues=["orders"]), lost]])
     assert result["failed"] and "No worker took the smoke job sent to queue 'default'" in result["msg"]
+    # One client run sent the instance's job and the real queue's.
+    clients = [c for c in calls if c[0] == "systemd-run"]
+    assert len(clients) == 1 and clients[0][-2].startswith("sturdy.smoke.shop-worker@1.") and clients[0][-1] == "default"
     assert "consume orders" in result["msg"]
 
 
@@ -55,15 +58,15 @@ def test_a_queue_with_a_backlog_is_proven_by_its_consumers_builds_not_by_a_job_b
     args = {**ARGS, "queues": ["default"]}
     mine = {"node": "worker1@h", "build_id": "2", "host": "h", "unit": "shop-worker@1.service"}
     held = {"queue": "default", "ok": True, "backlog": 40, "consumers": [mine], "latency": 1.0}
-    result, dummy = run(run_module, monkeypatch, args, [[answer()], [held]])
+    result, dummy = run(run_module, monkeypatch, args, [[answer(), held]])
     assert not result.get("failed"), result
     assert result["queues"][0]["backlog"] == 40
     old = {**mine, "node": "worker2@g", "host": "g", "build_id": "1"}
-    result, dummy = run(run_module, monkeypatch, args, [[answer()], [{**held, "consumers": [mine, old]}]])
+    result, dummy = run(run_module, monkeypatch, args, [[answer(), {**held, "consumers": [mine, old]}]])
     assert result["failed"] and "queue 'default' (40 waiting) is consumed by workers running another build" in result["msg"]
     assert "shop-worker@1.service on g (1)" in result["msg"]
-    result, dummy = run(run_module, monkeypatch, args, [[answer(queues=["orders"])], [{**held, "consumers": [],
-                                                                                       "ok": False}]])
+    result, dummy = run(run_module, monkeypatch, args, [[answer(queues=["orders"]), {**held, "consumers": [],
+                                                                                     "ok": False}]])
     assert result["failed"] and "Queue 'default' holds 40 waiting message(s) and no worker consumes it" in result["msg"]
     assert "consume orders" in result["msg"]
 
