@@ -72,6 +72,13 @@ options:
   finished:
     description: With O(state=present), when the deploy ended (seconds since the epoch).
     type: float
+  collect:
+    description:
+      - With O(state=present), a unit to start once the record is written, without waiting for it (the metrics
+        collector, so the metrics show the deploy without waiting for its timer). A start systemd refuses does not
+        fail the task; RV(collect_error) says why.
+    type: str
+    default: ""
 seealso:
   - module: sturdy.workers.unit_health
   - plugin: sturdy.workers.deploy_fingerprint
@@ -103,6 +110,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+collect_error:
+  description: With O(state=present) and O(collect), why systemd refused to start it; empty when it started.
+  returned: when O(collect) is set and not in check mode
+  type: str
+  sample: ""
 same:
   description: With O(state=query), whether nothing differs from the last successful deploy of O(build_id).
   returned: always
@@ -162,6 +174,7 @@ def main():
             "result": {"type": "str", "default": "success"},
             "run_id": {"type": "str", "default": ""},
             "finished": {"type": "float"},
+            "collect": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -177,6 +190,11 @@ def main():
             if p["result"] == "success":
                 mine = record(p["build_id"], p["fingerprint"], file_digests(p["files"]))
                 out["changed"] = write_json(where["deployed"], mine, 0o600) or out["changed"]
+        if p["collect"] and not module.check_mode:
+            # A record of the run, not a change: a collector that cannot start does not fail the deploy.
+            systemctl = module.get_bin_path("systemctl") or "systemctl"
+            rc, dummy, err = module.run_command([systemctl, "start", "--no-block", "--", p["collect"]])
+            out["collect_error"] = "" if rc == 0 else err.strip() or f"systemctl start rc {rc}"
         module.exit_json(**out)
 
     run = systemctl_runner(module)

@@ -70,3 +70,18 @@ def test_check_mode_writes_nothing(run_module, tmp_path):
     result, dummy = run_module(deploy_state, {"root": str(root), "build_id": BUILD, "state": "present",
                                               "_ansible_check_mode": True})
     assert result["changed"] is False and list(root.iterdir()) == []
+
+
+def test_the_record_starts_the_collector_without_waiting_and_a_refused_start_fails_nothing(run_module, tmp_path):
+    root = tmp_path / "srv"
+    root.mkdir()
+    args = {"root": str(root), "build_id": BUILD, "state": "present", "result": "failed",
+            "collect": "shop-metrics.service"}
+    start = ["/usr/bin/systemctl", "start", "--no-block", "--", "shop-metrics.service"]
+    result, calls = run_module(deploy_state, args, [(start, (0, "", ""))])
+    assert calls == [start] and result["collect_error"] == "" and not result.get("failed")
+    assert json.loads((root / ".last-deploy.json").read_text())["result"] == "failed"
+    result, dummy = run_module(deploy_state, args, [(start, (5, "", "Unit shop-metrics.service not found.\n"))])
+    assert result["collect_error"] == "Unit shop-metrics.service not found." and not result.get("failed")
+    result, calls = run_module(deploy_state, {**args, "_ansible_check_mode": True})
+    assert calls == [] and "collect_error" not in result
