@@ -69,6 +69,14 @@ options:
         One that is missing or not executable for other users fails the task, naming it, before anything switches.
     type: dict
     default: {}
+  packages:
+    description:
+      - Debian packages the install needs (Python's venv). They are only looked up (C(dpkg-query)), in check mode too:
+        RV(missing_packages) names those dpkg does not list as installed; installing them is the caller's (the
+        release role's C(apt) task).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -151,6 +159,12 @@ in_use:
   returned: always
   type: dict
   sample: {"2026.11.28-7": [812, 813]}
+missing_packages:
+  description: Those of O(packages) dpkg does not list as installed.
+  returned: when O(packages) is set
+  type: list
+  elements: str
+  sample: [python3-venv]
 """
 
 import os
@@ -278,6 +292,17 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
     return result | {"build_id": build_id, "path": layout.release(build_id), "current": current, "previous": previous}
 
 
+def missing_packages(module: AnsibleModule, packages: list[str]) -> list[str]:
+    """The packages dpkg does not list as installed (dpkg-query prints only the ones it knows; none without dpkg)."""
+    dpkg_query = module.get_bin_path("dpkg-query")
+    out = ""
+    if dpkg_query:
+        dummy, out, dummy = module.run_command([dpkg_query, "--show", "--showformat=${Package} ${db:Status-Status}\n",
+                                                 *packages])
+    present = {line.split()[0] for line in out.splitlines() if line.endswith(" installed")}
+    return [name for name in packages if name not in present]
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -291,6 +316,7 @@ def main():
             "keep": {"type": "int", "default": 0},
             "agent": {"type": "str"},
             "executables": {"type": "dict", "default": {}},
+            "packages": {"type": "list", "elements": "str", "default": []},
         },
         required_if=[("state", "present", ["build_id", "checksum"]), ("state", "current", ["build_id"])],
         supports_check_mode=True,
@@ -299,6 +325,8 @@ def main():
     try:
         result = run(module, layout)
         result.update(releases=installed(layout), in_use=in_use(layout)[0])
+        if module.params["packages"]:
+            result["missing_packages"] = missing_packages(module, module.params["packages"])
     except (ReleaseError, OSError) as exc:
         module.fail_json(msg=str(exc))
     if not (module._diff and result["changed"]):

@@ -49,3 +49,16 @@ def test_rollback_without_previous_is_refused_with_what_to_do(run_module, tmp_pa
     run_module(release, {"root": str(tmp_path), "state": "current", "build_id": "b1"})
     result, dummy = run_module(release, {"root": str(tmp_path), "state": "rolled_back"})
     assert result["failed"] and "does not name a release to go back to" in result["msg"]
+
+
+def test_the_slot_check_names_the_packages_dpkg_does_not_list_as_installed(run_module, tmp_path):
+    installed_release(tmp_path, "b1")
+    args = {"root": str(tmp_path), "build_id": "b1", "checksum": "0" * 64, "_ansible_check_mode": True,
+            "packages": ["python3-venv", "python3-dev", "libpq5"]}
+    listed = (1, "python3-venv installed\nlibpq5 config-files\n", "dpkg-query: no packages found matching python3-dev\n")
+    result, calls = run_module(release, args, [(["/usr/bin/dpkg-query", "--show"], listed)], bin_path="/usr/bin/dpkg-query")
+    assert result["missing_packages"] == ["python3-dev", "libpq5"] and not result["changed"]
+    assert calls == [["/usr/bin/dpkg-query", "--show", "--showformat=${Package} ${db:Status-Status}\n",
+                      "python3-venv", "python3-dev", "libpq5"]]
+    result, calls = run_module(release, {**args, "packages": []})
+    assert "missing_packages" not in result and calls == []
