@@ -71,7 +71,7 @@ options:
     default: {}
   packages:
     description:
-      - Debian packages the install needs (Python's venv). They are only looked up (C(dpkg-query)), in check mode too:
+      - Debian packages the install needs (Python's venv). They are only looked up (C(dpkg-query)), in check mode too;
         RV(missing_packages) names those dpkg does not list as installed; installing them is the caller's (the
         release role's C(apt) task).
     type: list
@@ -297,8 +297,8 @@ def missing_packages(module: AnsibleModule, packages: list[str]) -> list[str]:
     dpkg_query = module.get_bin_path("dpkg-query")
     out = ""
     if dpkg_query:
-        dummy, out, dummy = module.run_command([dpkg_query, "--show", "--showformat=${Package} ${db:Status-Status}\n",
-                                                 *packages])
+        dummy, out, dummy = module.run_command(
+            [dpkg_query, "--show", "--showformat=${Package} ${db:Status-Status}\n", *packages])
     present = {line.split()[0] for line in out.splitlines() if line.endswith(" installed")}
     return [name for name in packages if name not in present]
 
