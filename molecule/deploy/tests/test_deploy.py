@@ -349,6 +349,11 @@ def test_readme_restart_restarts_every_instance_on_every_host_and_proves_the_bui
     after = invocations()
     assert all(before[k] != after[k] for k in before)
     assert all(current(name) == B5 for name in APPS)
+    # The run ends saying what every host runs, and what proved it.
+    assert f"restart of shop: done on {len(APPS)} host(s)" in said(result)
+    for name in APPS:
+        assert f"{name}: {B5}, " + (f"{len(WORKER_UNITS)} worker instance(s) answered with it" if name in WORKERS
+                                    else "no worker instance here") in said(result)
 
 
 def test_readme_rollback_goes_back_to_the_previous_build_on_every_host():
@@ -360,6 +365,9 @@ def test_readme_rollback_goes_back_to_the_previous_build_on_every_host():
         for unit in WORKER_UNITS:
             assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}"
     assert task("web-trixie", "after-rollback")["build_id"] == B2
+    for name in WORKERS:
+        assert f"{name}: {B5} -> {B2}, {len(WORKER_UNITS)} worker instance(s) answered with it" in said(result)
+    assert "the rollback playbook restarts them next" in said(result)
     # previous is gone after a rollback: a second one is refused with what to do instead.
     again = run_as_readme(readme_command("rollback"))
     assert again.returncode != 0 and "does not name a release to go back to" in said(again)
