@@ -100,15 +100,34 @@ def bring_up(host: Host, verb: str, units: list[dict], settle: float,
         if host.clock() > deadline:
             return now, ready, waiting[0]["name"], f"{waiting[0]['http']} did not answer 2xx within {ready_timeout:.0f}s"
         host.sleep(POLL)
-    settle_until = host.clock() + settle
+    bad, why = watch(host, {name: now[name] for name in names}, host.clock() + settle)
+    return now, ready, bad, why
+
+
+def watch(host: Host, started: dict[str, dict], until: float) -> tuple[str | None, str | None]:
+    """Watch units (name -> their state when they came up) until the clock reaches `until`, at least once: the first
+    that is not stable and why, or (None, None)."""
     while True:
-        for name in names:
-            why = crash_signs(now[name], host.show(name))
+        for name, state in started.items():
+            why = crash_signs(state, host.show(name))
             if why:
-                return now, ready, name, why
-        if host.clock() >= settle_until:
-            return now, ready, None, None
+                return name, why
+        if host.clock() >= until:
+            return None, None
         host.sleep(POLL)
+
+
+def finish_settle(host: Host, settling: dict, journal_lines: int = 25) -> None:
+    """The rest of a settle watch that roll(defer_settle=True) left to its caller (`settling`: {until, since, units:
+    name -> state when it came up}), watched while the caller did other work; raises RolloutError at an instance that
+    did not stay up."""
+    units = settling.get("units") or {}
+    if not units:
+        return
+    bad, why = watch(host, units, float(settling.get("until") or 0))
+    if bad:
+        _fail(host, f"{bad} came up on the new code, then did not stay up: {why}", bad,
+              float(settling.get("since") or host.wall()), [], journal_lines, [])
 
 
 def stop_seconds(state: dict) -> float | None:
@@ -154,7 +173,7 @@ def as_groups(units: list | None = None, groups: list | None = None, only: list 
 
 
 def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout: float = 60, journal_lines: int = 25,
-         groups: list | None = None, only: list | None = None) -> dict:
+         groups: list | None = None, only: list | None = None, defer_settle: bool = False) -> dict:
     """Restart the units of each process type in turn (`groups`, or `units` as one type restarted one at a time).
 
     A type with surge units starts them first, on the new code, and proves them ready and stable before any of its
@@ -163,11 +182,16 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
     batch is stable the surge units are told to stop (a warm shutdown: they finish their running tasks and exit
     without the deploy waiting on them).
 
-    Returns {restarted, surge}. Raises RolloutError at the first unit that is not ready and stable, naming the
-    untouched rest; surge units are told to stop then too."""
+    With `defer_settle`, the last batch is not watched here once ready, unless its type has surge instances (they
+    stop only after it is stable): it is returned as `settling` ({until, since, units}) for the caller to finish with
+    finish_settle() after other work (the deploy's smoke jobs), so the watch overlaps that work.
+
+    Returns {restarted, surge, settling}. Raises RolloutError at the first unit that is not ready and stable, naming
+    the untouched rest; surge units are told to stop then too."""
     plan = as_groups(units, groups, only)
     restarted: list[dict] = []
     surged: list[dict] = []
+    settling: dict = {}
     for index, group in enumerate(plan):
         later = [u["name"] for g in plan[index + 1:] for u in g["units"]]
         surge = group["surge"]
@@ -185,7 +209,11 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
         for number, batch in enumerate(runs):
             before = {u["name"]: host.show(u["name"]) for u in batch}
             since, started = host.wall(), host.clock()
-            now, ready, bad, why = bring_up(host, "restart", batch, settle, ready_timeout)
+            defer = defer_settle and not surge and index == len(plan) - 1 and number == len(runs) - 1
+            now, ready, bad, why = bring_up(host, "restart", batch, 0 if defer else settle, ready_timeout)
+            if defer and not bad:
+                settling = {"until": host.clock() + settle, "since": since,
+                            "units": {n: {k: now[n].get(k) for k in WATCH_PROPERTIES} for n in now}}
             if bad:
                 _drain(host, surge)
                 rest = [u["name"] for b in runs[number + 1:] for u in b] + later
@@ -205,7 +233,7 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
                     "after": {k: now[name].get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
                 })
         _drain(host, surge)
-    return {"restarted": restarted, "surge": surged}
+    return {"restarted": restarted, "surge": surged, "settling": settling}
 
 
 def _drain(host: Host, units: list[dict]) -> None:

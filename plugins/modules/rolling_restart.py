@@ -35,7 +35,7 @@ options:
     description:
       - Units to restart one at a time, in order. Each is a name, or a dictionary with C(name) and C(http) (a
         readiness URL that must answer 2xx).
-      - One of O(units) and O(groups) is required.
+      - One of O(units), O(groups) and O(settling) is required.
     type: list
     elements: raw
   groups:
@@ -55,6 +55,21 @@ options:
     description: Seconds each restarted unit is watched for a crash loop.
     type: float
     default: 5
+  defer_settle:
+    description:
+      - Do not watch the last batch once it is ready (unless its process type has surge units, which stop only once
+        it is stable); return it as RV(settling), for a later call with O(settling) to finish the watch once the
+        caller did other work. The deploy sends its smoke jobs in between, so the last watch overlaps them and is
+        not removed.
+    type: bool
+    default: false
+  settling:
+    description:
+      - Finish the watch a call with O(defer_settle) left (its RV(settling)) and restart nothing. Each unit must
+        still be active on the invocation and main process it came up with, with no automatic restart, until its
+        watch ends; one that is not fails the task with its last journal lines.
+      - One of O(units), O(groups) and O(settling) is required.
+    type: dict
   ready_timeout:
     description: Seconds to wait for a readiness URL to answer 2xx.
     type: float
@@ -115,6 +130,13 @@ surge:
   returned: always
   type: list
   elements: dict
+settling:
+  description:
+    - With O(defer_settle), the batch still to watch - C(units), each name with its state when it came up, C(until),
+      the host's monotonic clock when its watch may end, and C(since), when it was restarted (seconds since the
+      epoch). Empty otherwise.
+  returned: success
+  type: dict
 failed_unit:
   description: The unit that did not come up or did not stay up.
   returned: on failure
@@ -132,7 +154,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import LeaseKeeper
-from ansible_collections.sturdy.workers.plugins.module_utils.rollout import Host, RolloutError, as_groups, roll
+from ansible_collections.sturdy.workers.plugins.module_utils.rollout import (
+    Host,
+    RolloutError,
+    as_groups,
+    finish_settle,
+    roll,
+)
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
 
@@ -145,6 +173,13 @@ def http_ok(url: str) -> bool:
         return False
 
 
+def fail(module: AnsibleModule, exc: RolloutError, changed: bool = False) -> None:
+    # The journal lines are the app's own: mask the secret values the units load before they go out.
+    mask = host_masker(module.params["secret_directives"], module.run_command)
+    module.fail_json(msg=mask(exc.msg), failed_unit=exc.failed_unit, journal=mask(exc.journal),
+                     restarted=exc.restarted, changed=changed)
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -152,33 +187,41 @@ def main():
             "groups": {"type": "list", "elements": "dict"},
             "only": {"type": "list", "elements": "str"},
             "settle": {"type": "float", "default": 5},
+            "defer_settle": {"type": "bool", "default": False},
+            "settling": {"type": "dict"},
             "ready_timeout": {"type": "float", "default": 60},
             "journal_lines": {"type": "int", "default": 25},
             # The unit lines that load the secrets (paths), not the secrets.
             "secret_directives": {"type": "list", "elements": "str", "default": [], "no_log": False},
             "lease": {"type": "dict", "default": {}},
         },
-        required_one_of=[("units", "groups")],
-        mutually_exclusive=[("units", "groups")],
+        required_one_of=[("units", "groups", "settling")],
+        mutually_exclusive=[("units", "groups", "settling")],
         supports_check_mode=True,
     )
     p = module.params
+    host = Host(lambda argv: module.run_command(argv, environ_update=ENV), http_ok)
+    if p["settling"] is not None:
+        try:
+            if not module.check_mode:
+                finish_settle(host, p["settling"], p["journal_lines"])
+        except RolloutError as exc:
+            fail(module, exc)
+        except RuntimeError as exc:
+            module.fail_json(msg=str(exc))
+        module.exit_json(changed=False, restarted=[], surge=[], settling={})
     plan = as_groups(p["units"], p["groups"], p["only"])
     if not plan:
-        module.exit_json(changed=False, restarted=[], surge=[])
+        module.exit_json(changed=False, restarted=[], surge=[], settling={})
     if module.check_mode:
         module.exit_json(changed=True, restarted=[{"name": u["name"]} for g in plan for u in g["units"]],
-                         surge=[{"name": u["name"]} for g in plan for u in g["surge"]])
-    host = Host(lambda argv: module.run_command(argv, environ_update=ENV), http_ok)
+                         surge=[{"name": u["name"]} for g in plan for u in g["surge"]], settling={})
     try:
         with LeaseKeeper(p["lease"].get("path"), p["lease"].get("run_id")):
             done = roll(host, settle=p["settle"], ready_timeout=p["ready_timeout"], journal_lines=p["journal_lines"],
-                        groups=plan)
+                        groups=plan, defer_settle=p["defer_settle"])
     except RolloutError as exc:
-        # The journal lines are the app's own: mask the secret values the units load before they go out.
-        mask = host_masker(p["secret_directives"], module.run_command)
-        module.fail_json(msg=mask(exc.msg), failed_unit=exc.failed_unit, journal=mask(exc.journal),
-                         restarted=exc.restarted, changed=True)
+        fail(module, exc, changed=True)
     except RuntimeError as exc:
         module.fail_json(msg=str(exc), changed=True)
     module.exit_json(changed=True, **done)

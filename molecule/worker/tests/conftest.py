@@ -68,7 +68,12 @@ def snapshot(host) -> str:
 def run_role(host, *args: str, **overrides) -> subprocess.CompletedProcess:
     """Run converge.yml on this host alone with some variables replaced (extra vars win); `args` are
     more ansible-playbook options, such as --check --diff."""
-    name = host.backend.get_hostname()
+    return run_playbook(str(SCENARIO_DIR / "converge.yml"), *args, "--limit", host.backend.get_hostname(), **overrides)
+
+
+def run_playbook(playbook: str, *args: str, env: dict | None = None, **overrides) -> subprocess.CompletedProcess:
+    """Run a playbook against the scenario's inventory with some variables replaced (extra vars win), and `env` added
+    to the environment."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(overrides, fh)
     try:
@@ -77,17 +82,16 @@ def run_role(host, *args: str, **overrides) -> subprocess.CompletedProcess:
                 "ansible-playbook",
                 "-i",
                 os.environ["MOLECULE_INVENTORY_FILE"],
-                "--limit",
-                name,
                 "-e",
                 f"@{fh.name}",
                 *args,
-                str(SCENARIO_DIR / "converge.yml"),
+                playbook,
             ],
             capture_output=True,
             text=True,
             timeout=300,
             check=False,
+            env={**os.environ, **(env or {})},
         )
     finally:
         os.unlink(fh.name)

@@ -7,11 +7,24 @@ below, not by calling the collection's own code.
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 import time
 
 import pytest
-from conftest import declaration, process, run_role, show, snapshot, systemd_version, wait_for
+import yaml
+from conftest import (
+    SCENARIO_DIR,
+    declaration,
+    process,
+    run_playbook,
+    run_role,
+    show,
+    snapshot,
+    systemd_version,
+    wait_for,
+)
 
 # PID 1's journal records (systemd's catalog): a unit's process exited; a restart job was scheduled.
 UNIT_PROCESS_EXIT = "98e322203f7a4ed290d09fe03c09fe15"
@@ -257,6 +270,45 @@ def test_changed_unit_restarts_instances_one_at_a_time(host, restore):
         assert stopping >= started, f"{later} stopped before {earlier} was back"
     record = json.loads(host.file("/var/lib/demo/worker-3.json").content_string)
     assert record["env"]["WORKER_GREETING"] == "changed"
+
+
+def test_a_watch_left_to_the_caller_still_catches_the_last_instance_dying_after_it_came_up(host, restore):
+    # The deploy's way (sturdy_worker_defer_settle): every batch but the last is watched before the next restarts; the
+    # last one's watch is finished by a later rolling_restart call, after other work. Its instance is killed in between.
+    decl = declaration()
+    process(decl, "worker")["environment"]["WORKER_GREETING"] = "watched later"
+    play = [{"name": "Restart, kill the last one restarted, finish its watch", "hosts": host.backend.get_hostname(),
+             "gather_facts": False, "vars_files": [str(SCENARIO_DIR / "vars" / "main.yml")], "tasks": [
+                 {"name": "Restart with the last watch deferred", "ansible.builtin.include_role": {
+                     "name": "sturdy.workers.worker"}, "vars": {"sturdy_worker_defer_settle": True}},
+                 {"name": "Kill the main process of the instance restarted last", "ansible.builtin.command":
+                     "systemctl kill --signal=KILL --kill-whom=main -- "
+                     "{{ sturdy_worker_restarted.settling.units | list | last }}"},
+                 {"name": "Finish the watch", "sturdy.workers.rolling_restart": {
+                     "settling": "{{ sturdy_worker_restarted.settling }}"}, "register": "finished",
+                  "ignore_errors": True},
+                 {"name": "Say what was deferred", "ansible.builtin.debug": {"var": "sturdy_worker_restarted"}}]}]
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=SCENARIO_DIR, delete=False) as fh:
+        yaml.safe_dump(play, fh)
+    try:
+        # The JSON callback: the task results as data, not as text.
+        result = run_playbook(fh.name, sturdy_processes=decl["sturdy_processes"],
+                              env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+    finally:
+        os.unlink(fh.name)
+    assert result.returncode == 0, result.stdout[-3000:]
+    name = host.backend.get_hostname()
+    tasks = {t["task"]["name"]: t["hosts"][name] for t in json.loads(result.stdout)["plays"][0]["tasks"] if name in t["hosts"]}
+    restarted, finished = tasks["Say what was deferred"]["sturdy_worker_restarted"], tasks["Finish the watch"]
+    said = {"deferred": list(restarted["settling"]["units"]), "failed": finished.get("failed"),
+            "unit": finished.get("failed_unit"), "msg": finished.get("msg", ""),
+            "seconds": {r["name"]: r["seconds"] for r in restarted["restarted"]}}
+    assert said["deferred"] == [WORKERS[-1]]
+    seconds = said["seconds"]
+    # The first two were watched for the settle window (5 s) before the next restarted; the last returned once ready.
+    assert all(seconds[u] >= 5 for u in WORKERS[:-1]) and seconds[WORKERS[-1]] < 5, seconds
+    assert said["failed"] and said["unit"] == WORKERS[-1], said
+    assert f"{WORKERS[-1]} came up on the new code, then did not stay up" in said["msg"], said
 
 
 def test_check_mode_previews_the_change_and_the_restarts_without_making_them(host):

@@ -173,3 +173,37 @@ def test_a_failing_batch_names_its_partner_stops_the_surge_and_leaves_the_rest()
     assert "(restarted together with a@1.service)" in err.value.msg
     assert "Not restarted, still on the code they ran: a@3.service, a@4.service" in err.value.msg
     assert restarts(fake, "stop") == ["a@5.service"]
+
+
+def test_a_deferred_settle_leaves_the_last_batch_to_the_caller_and_still_catches_its_crash():
+    from ansible_collections.sturdy.workers.plugins.module_utils.rollout import finish_settle
+
+    fake = FakeSystemd(["a@1.service", "a@2.service"])
+    done = roll(fake.host(), ["a@1.service", "a@2.service"], settle=5, defer_settle=True)
+    first, last = done["restarted"]
+    # The first batch is watched before the next restart as always; the last returns once ready.
+    assert first["seconds"] >= 5 and last["seconds"] < 5
+    settling = done["settling"]
+    assert list(settling["units"]) == ["a@2.service"] and settling["until"] == pytest.approx(fake.now + 5)
+    assert settling["units"]["a@2.service"]["InvocationID"] == fake.units["a@2.service"]["InvocationID"]
+    # The caller's other work takes 2 s; the watch then runs only to `until`, 3 s more.
+    fake.now += 2
+    finish_settle(fake.host(), settling)
+    assert fake.now == pytest.approx(settling["until"], abs=0.5)
+    # An instance that crashes after coming up fails there, with its journal.
+    fake = FakeSystemd(["a@1.service", "a@2.service"], crash_after={"a@2.service": 3},
+                       journal="RuntimeError: broken on purpose\nMain process exited, code=exited\n")
+    settling = roll(fake.host(), ["a@1.service", "a@2.service"], settle=5, defer_settle=True)["settling"]
+    with pytest.raises(RolloutError) as caught:
+        finish_settle(fake.host(), settling)
+    assert caught.value.failed_unit == "a@2.service" and "came up on the new code, then did not stay up" in str(caught.value)
+    assert "crash loop" in caught.value.msg and "RuntimeError: broken on purpose" in caught.value.msg
+    # Without defer_settle every batch is watched, and nothing is left.
+    assert roll(FakeSystemd(["a@1.service"]).host(), ["a@1.service"], settle=1)["settling"] == {}
+
+
+def test_a_deferred_settle_is_not_taken_where_surge_instances_wait_for_the_last_batch():
+    fake = FakeSystemd(["a@1.service", "a@2.service", "a@s1.service"])
+    done = roll(fake.host(), groups=[{"units": ["a@1.service", "a@2.service"], "surge": ["a@s1.service"],
+                                      "max_unavailable": 1}], settle=3, defer_settle=True)
+    assert done["settling"] == {} and all(d["seconds"] >= 3 for d in done["restarted"])
