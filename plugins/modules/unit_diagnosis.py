@@ -21,7 +21,7 @@ description:
     unacknowledged).
   - Turns them into one cause in words and the next step. A SIGKILL that systemd did not send, with a log that ends
     without an error, is named as such (the OOM killer, a container limit or a kill -9).
-  - Never changes anything.
+  - Never changes anything (it asks journald to write what it received first, C(journalctl --sync)).
 options:
   plan:
     description: The app plan (P(sturdy.workers.app_plan#filter)); its C(app), C(current), C(processes),
@@ -141,6 +141,8 @@ def main():
                              f"({plan['app']}-<process>@<n>.service): name one of its units")
     host = p["host"] or socket.gethostname()
     diagnoses, lines = [], []
+    # What journald received but has not written yet (PID 1's timeout message, seconds after the death, on a busy host).
+    run(["journalctl", "--sync"], check=False)
     for unit in units:
         props = shows.get(unit, {"Id": unit})
         since = f"--since={p['since']}"

@@ -27,12 +27,15 @@ def test_every_unit_in_trouble_is_diagnosed_read_only(run_module):
         (["/usr/bin/systemctl", "list-units"], (0, "", "")),
         (["/usr/bin/systemctl", "show"], (0, SHOW, "")),
         (["/usr/bin/systemctl", "--no-pager"], journal),
+        (["/usr/bin/systemctl", "--sync"], (0, "", "")),
     ])
     assert result["changed"] is False
     (d,) = result["diagnoses"]
     assert d["cause"] == "it exited (exited with status 1) after a Python exception: KeyError: 'BROKER_URL'"
     assert any("next: fix the error the traceback shows" in line for line in result["summary"])
-    assert all(c[1] in ("list-units", "show", "--no-pager") for c in calls)
+    assert all(c[1] in ("list-units", "show", "--no-pager", "--sync") for c in calls)
+    # journald writes what it received before the journal is read.
+    assert calls.index(["/usr/bin/systemctl", "--sync"]) < next(i for i, c in enumerate(calls) if "_PID=1" in c)
 
 
 def test_a_unit_of_another_app_is_refused(run_module):
