@@ -76,6 +76,40 @@ def test_a_stop_lets_the_running_job_finish_then_the_instance_is_ready_again():
     assert redis("zcard", "'rq:failed:parcel.scales'") == "0"
 
 
+WINDOW = """\
+import json, os, signal, sys
+import rq.queue
+from redis import Redis
+from rq import Queue, Worker
+conn = Redis.from_url(os.environ["RQ_REDIS_URL"])
+queues = [Queue("sturdy-window", connection=conn), Queue("sturdy-window-2", connection=conn)]
+for q in queues:
+    q.empty()
+job = queues[0].enqueue("os.getpid")
+taken = rq.queue.Queue._fetch_dequeued_job.__func__
+def fetch(cls, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return taken(cls, *args, **kwargs)
+rq.queue.Queue._fetch_dequeued_job = classmethod(fetch)
+Worker(queues, connection=conn).work(with_scheduler=False)
+print(json.dumps({"status": str(job.get_status(refresh=True)).split(".")[-1].lower(), "waiting": queues[0].count}))
+"""
+
+
+def test_a_stop_that_comes_between_taking_a_job_and_running_it_runs_the_job_first():
+    # RQ's own loop raises StopRequested from its SIGTERM handler unless the worker is busy, so a stop right after
+    # BLPOP took a job, before the job started, loses it (RQ issues #2236, #2079): the job is off the queue and in no
+    # registry. The deploy stops every instance, under a stream of jobs: the agent closes that window. Here the
+    # SIGTERM is sent exactly there, from inside RQ's fetch of the job it popped, on the release's RQ and Redis.
+    h = host("rq-bookworm")
+    h.check_output(f"cat > /tmp/window.py <<'EOF'\n{WINDOW}EOF")
+    bare = json.loads(in_release("rq-bookworm", "venv/bin/python /tmp/window.py 2>/dev/null").splitlines()[-1])
+    assert bare == {"status": "queued", "waiting": 0}, bare  # without the agent: lost
+    hooked = json.loads(in_release("rq-bookworm", "STURDY_AGENT=rq venv/bin/python /tmp/window.py 2>/dev/null")
+                        .splitlines()[-1])
+    assert hooked == {"status": "finished", "waiting": 0}, hooked
+
+
 SAMPLER = ("systemd-run --unit=consuming-sampler --quiet sh -c 'while [ ! -e /run/stop-sampling ]; do "
            "systemctl list-units --state=active --no-legend --plain parcel-worker@* | wc -l; sleep 0.1; done "
            "> /run/consuming'")

@@ -820,9 +820,14 @@ def install_rq_hooks() -> None:
         from rq.worker import BaseWorker as worker_class  # pylint: disable=import-outside-toplevel
     except ImportError:  # RQ 1.x
         from rq.worker import Worker as worker_class  # pylint: disable=import-outside-toplevel
+    from rq.exceptions import StopRequested  # pylint: disable=import-outside-toplevel
+    from rq.queue import Queue  # pylint: disable=import-outside-toplevel
+
     bootstrap, install_signals = worker_class.bootstrap, worker_class._install_signal_handlers  # pylint: disable=protected-access
     request_stop, perform_job = worker_class.request_stop, worker_class.perform_job
     prepare_execution, set_state = worker_class.prepare_execution, worker_class.set_state
+    shutdown = worker_class._shutdown  # pylint: disable=protected-access
+    pops = {name: getattr(Queue, name).__func__ for name in ("lpop", "lmove") if hasattr(Queue, name)}
 
     def sturdy_bootstrap(self, *args, **kwargs):
         name = own_smoke_queue()
@@ -834,7 +839,7 @@ def install_rq_hooks() -> None:
             self._ordered_queues.insert(0, queue)  # pylint: disable=protected-access
         result = bootstrap(self, *args, **kwargs)
         release, build_id = loaded_build()
-        _STATE.update(main_pid=os.getpid(), queues=self.queue_names())
+        _STATE.update(main_pid=os.getpid(), queues=self.queue_names(), rq_worker=self)
         record = task_record_path()
         if record:
             prune_task_records(os.path.dirname(record), time.time())
@@ -854,6 +859,33 @@ def install_rq_hooks() -> None:
     def sturdy_request_stop(self, signum, frame):
         notify(f"STOPPING=1\nSTATUS=warm shutdown (signal {signum}): the running job finishes first")
         return request_stop(self, signum, frame)
+
+    def sturdy_shutdown(self):
+        # RQ raises StopRequested from the signal handler unless its state is busy: right for a worker blocked in
+        # BLPOP (nothing taken), but a SIGTERM between the pop and the job's start loses the job it took (RQ issues
+        # #2236, #2079; the smoke queue first among the queues means BLPOP, not the BLMOVE RQ uses for one queue).
+        # There, and between jobs, it only asks the loop to stop: the job taken runs, then the worker exits.
+        state = self.get_state()
+        if _STATE.get("rq_popping") or str(getattr(state, "value", state)) == "busy":
+            return shutdown(self)
+        self._stop_requested = True  # pylint: disable=protected-access
+        if hasattr(self, "set_shutdown_requested_date"):
+            self.set_shutdown_requested_date()
+        if getattr(self, "scheduler", None):
+            self.stop_scheduler()
+        return None
+
+    def popping(original):
+        def pop(cls, *args, **kwargs):
+            _STATE["rq_popping"] = True
+            try:
+                worker = _STATE.get("rq_worker")
+                if worker is not None and getattr(worker, "_stop_requested", False):
+                    raise StopRequested()  # a stop asked for before the pop: take nothing more
+                return original(cls, *args, **kwargs)
+            finally:
+                _STATE["rq_popping"] = False
+        return classmethod(pop)
 
     def sturdy_perform_job(self, job, *args, **kwargs):
         name = getattr(job, "func_name", None)
@@ -883,6 +915,9 @@ def install_rq_hooks() -> None:
     worker_class._install_signal_handlers = sturdy_install_signals  # pylint: disable=protected-access
     worker_class.request_stop = sturdy_request_stop
     worker_class.perform_job = sturdy_perform_job
+    worker_class._shutdown = sturdy_shutdown  # pylint: disable=protected-access
+    for name, original in pops.items():
+        setattr(Queue, name, popping(original))
 
 
 HOOKS = {"celery": install_celery_hooks, "rq": install_rq_hooks}
