@@ -192,8 +192,7 @@ def main():
                 out["changed"] = write_json(where["deployed"], mine, 0o600) or out["changed"]
         if p["collect"] and not module.check_mode:
             # A record of the run, not a change: a collector that cannot start does not fail the deploy.
-            systemctl = module.get_bin_path("systemctl") or "systemctl"
-            rc, dummy, err = module.run_command([systemctl, "start", "--no-block", "--", p["collect"]])
+            rc, dummy, err = systemctl_runner(module)(["systemctl", "start", "--no-block", "--", p["collect"]])
             out["collect_error"] = "" if rc == 0 else err.strip() or f"systemctl start rc {rc}"
         module.exit_json(**out)
 

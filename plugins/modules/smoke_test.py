@@ -198,18 +198,17 @@ def main():
         return []
 
     failures, warnings = [], []
-    instances = []
+    # One client run sends every job, the instances' and the real queues' (each run starts the app's Python).
+    own = [smoke_queue(unit, host) for unit in p["units"]]
     pids = []
     if p["units"]:
         rc, out, err = module.run_command(["systemctl", "show", "--property=MainPID", "--value", "--", *p["units"]])
         pids = out.split() if rc == 0 else []
-    # One client run sends every job, the instances' and the real queues' (each run starts the app's Python).
-    own = [smoke_queue(unit, host) for unit in p["units"]]
     answered = send(own + p["queues"]) if own or p["queues"] else []
+    instances = answered[:len(own)]
+    if len(instances) != len(own):
+        module.fail_json(msg=f"The smoke client answered for {len(instances)} of {len(own)} queues on {host}")
     if p["units"]:
-        instances = answered[:len(own)]
-        if len(instances) != len(own):
-            module.fail_json(msg=f"The smoke client answered for {len(instances)} of {len(own)} queues on {host}")
         rc, out, err = module.run_command(["systemctl", "show", "--property=MainPID", "--value", "--", *p["units"]])
         pids_after = out.split() if rc == 0 else []
         for unit, pid, pid_after, entry in zip(p["units"], pids + [None] * len(p["units"]),
