@@ -16,11 +16,14 @@ description:
     release is complete, every file the record lists (O(files)) has the content, owner and mode it had, no such file
     appeared, every one of O(units) is active, runs its current definition and runs from that release, and none of
     O(elsewhere) runs.
-    Otherwise RV(why) names the first difference. It changes nothing.
+    Otherwise RV(why) names the first difference. It also returns the deploy lock's holder (RV(lock_holder)), so that
+    one round trip reads everything a deploy's preflight needs from the host. It changes nothing.
   - O(state=present) records the end of a deploy - its build, O(result), time and O(run_id) in the C(.last-deploy.json)
     the metrics collector reads - and, when O(result=success), the record a later O(state=query) compares with
-    (C(.deployed.json), readable by root only), with the digests of the files O(files) name now.
-  - Supports check mode (nothing is written).
+    (C(.deployed.json), readable by root only), with the digests of the files O(files) name now; then, in the same
+    round trip, it reads the members of O(target) as they run after the deploy and releases the deploy lock O(unlock)
+    holds.
+  - Supports check mode (nothing is written, the lock is kept).
 options:
   root:
     description: The app's root (P(sturdy.workers.app_plan#filter) C(root)).
@@ -49,8 +52,17 @@ options:
     elements: str
     default: []
   target:
-    description: With O(state=query), the app's target unit, whose members are read and returned.
+    description:
+      - The app's target unit, whose members are read and returned (with O(state=present), after the record is
+        written).
     type: str
+  unlock:
+    description:
+      - With O(state=present), the run ID of the deploy ending here; the deploy lock under O(root) is released if
+        that run holds it (as M(sturdy.workers.deploy_lock) O(sturdy.workers.deploy_lock#module:state=absent) does),
+        after the record is written. RV(unlocked) says whether it was.
+    type: str
+    default: ""
   units:
     description: With O(state=query), the instances that must run the build (every instance planned for this host).
     type: list
@@ -124,17 +136,25 @@ why:
   returned: always
   type: str
   sample: /etc/systemd/system/shop-worker@.service changed since the last deploy
+lock_holder:
+  description: With O(state=query), the deploy lock's holder (run ID, owner, build, lease), empty when it is free.
+  returned: always
+  type: dict
+unlocked:
+  description: With O(state=present) and O(unlock), whether this call released the lock.
+  returned: always
+  type: bool
 recorded_build:
   description: The build the last successful deploy recorded (empty when none).
   returned: always
   type: str
 members:
-  description: With O(state=query), the services O(target) wants.
+  description: The services O(target) wants (empty without O(target)).
   returned: always
   type: list
   elements: str
 units:
-  description: With O(state=query), the properties of the members, as M(sturdy.workers.unit_health) returns them.
+  description: The properties of the members, as M(sturdy.workers.unit_health) returns them.
   returned: always
   type: dict
 """
@@ -144,6 +164,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import root_paths
+from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import read as read_lock
+from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import release
 from ansible_collections.sturdy.workers.plugins.module_utils.deploy_state import (
     differs,
     file_digests,
@@ -158,6 +180,16 @@ from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query impor
     query,
     systemctl_runner,
 )
+
+
+def members_of(module, run, units, target):
+    """The members of `target` and the properties of those and of `units`, with each one's working directory."""
+    try:
+        read = query(run, units, target)
+    except SystemdQueryError as exc:
+        module.fail_json(msg=str(exc))
+    add_cwd(read["units"])
+    return read
 
 
 def main():
@@ -175,14 +207,16 @@ def main():
             "run_id": {"type": "str", "default": ""},
             "finished": {"type": "float"},
             "collect": {"type": "str", "default": ""},
+            "unlock": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
     where = root_paths(p["root"])
     found = read_record(where["deployed"])
-    out = {"changed": False, "same": False, "why": "", "members": [], "units": {},
-           "recorded_build": (found or {}).get("build_id") or ""}
+    out = {"changed": False, "same": False, "why": "", "members": [], "units": {}, "lock_holder": {},
+           "unlocked": False, "recorded_build": (found or {}).get("build_id") or ""}
+    run = systemctl_runner(module)
     if p["state"] == "present":
         if not module.check_mode and os.path.isdir(where["root"]):
             done = {"build": p["build_id"], "result": p["result"], "finished": p["finished"], "run": p["run_id"]}
@@ -192,16 +226,17 @@ def main():
                 out["changed"] = write_json(where["deployed"], mine, 0o600) or out["changed"]
         if p["collect"] and not module.check_mode:
             # A record of the run, not a change: a collector that cannot start does not fail the deploy.
-            rc, dummy, err = systemctl_runner(module)(["systemctl", "start", "--no-block", "--", p["collect"]])
+            rc, dummy, err = run(["systemctl", "start", "--no-block", "--", p["collect"]])
             out["collect_error"] = "" if rc == 0 else err.strip() or f"systemctl start rc {rc}"
+        if p["target"]:
+            read = members_of(module, run, [], p["target"])
+            out.update(members=read["members"], units=read["units"])
+        if p["unlock"]:
+            out["unlocked"] = release(where["lock"], p["unlock"], module.check_mode)[0] and not module.check_mode
         module.exit_json(**out)
 
-    run = systemctl_runner(module)
-    try:
-        read = query(run, p["units"] + p["elsewhere"], p["target"])
-    except SystemdQueryError as exc:
-        module.fail_json(msg=str(exc))
-    add_cwd(read["units"])
+    out["lock_holder"] = read_lock(where["lock"]) or {}
+    read = members_of(module, run, p["units"] + p["elsewhere"], p["target"])
     # The target's members, as unit_health returns them for the report; the other units asked for are only compared.
     out.update(members=read["members"], units={u: read["units"][u] for u in read["members"]})
     layout = Layout(where["root"])

@@ -85,3 +85,27 @@ def test_the_record_starts_the_collector_without_waiting_and_a_refused_start_fai
     assert result["collect_error"] == "Unit shop-metrics.service not found." and not result.get("failed")
     result, calls = run_module(deploy_state, {**args, "_ansible_check_mode": True})
     assert calls == [] and "collect_error" not in result
+
+
+def test_the_query_returns_the_lock_holder_and_the_end_of_a_deploy_reads_the_instances_and_releases_only_its_lock(
+        run_module, tmp_path):
+    root = tmp_path / "srv"
+    root.mkdir()
+    query = {"root": str(root), "build_id": BUILD, "target": "shop.target", "units": ["shop-worker@1.service"]}
+    result, dummy = run_module(deploy_state, query, systemd())
+    assert result["lock_holder"] == {}
+    holder = {"run_id": "deploy-1", "owner": "ops@ci", "build_id": BUILD, "renewed": 1.0}
+    (root / ".deploy.lock").write_text(json.dumps(holder))
+    result, dummy = run_module(deploy_state, query, systemd())
+    assert result["lock_holder"]["run_id"] == "deploy-1"
+    end = {"root": str(root), "build_id": BUILD, "state": "present", "result": "success", "target": "shop.target"}
+    # Another run's lock is left alone; the instances are read after the record is written.
+    result, dummy = run_module(deploy_state, {**end, "unlock": "deploy-2"}, systemd())
+    assert result["unlocked"] is False and (root / ".deploy.lock").exists()
+    assert result["members"] == ["shop-worker@1.service"] and result["units"]["shop-worker@1.service"]["ActiveState"] == "active"
+    assert json.loads((root / ".last-deploy.json").read_text())["result"] == "success"
+    # Check mode keeps the lock.
+    result, dummy = run_module(deploy_state, {**end, "unlock": "deploy-1", "_ansible_check_mode": True}, systemd())
+    assert result["unlocked"] is False and (root / ".deploy.lock").exists()
+    result, dummy = run_module(deploy_state, {**end, "unlock": "deploy-1"}, systemd())
+    assert result["unlocked"] is True and not (root / ".deploy.lock").exists()
