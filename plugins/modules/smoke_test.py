@@ -56,6 +56,11 @@ options:
     type: list
     elements: str
     default: []
+  target:
+    description:
+      - The app's target unit. Given, only the units of O(units) it wants are sent a job (the declared instances this
+        host runs, not a singleton placed on another host), read in the same round trip.
+    type: str
   queues:
     description: Real queues that must each be consumed by some worker.
     type: list
@@ -145,6 +150,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     transient_argv,
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import parse_members
 
 
 def main():
@@ -156,6 +162,7 @@ def main():
             "release": {"type": "path", "required": True},
             "build_id": {"type": "str", "required": True},
             "units": {"type": "list", "elements": "str", "default": []},
+            "target": {"type": "str"},
             "queues": {"type": "list", "elements": "str", "default": []},
             "user": {"type": "str", "required": True},
             "group": {"type": "str", "required": True},
@@ -197,6 +204,12 @@ def main():
             module.fail_json(msg=f"smoke test on {host}: {exc}")
         return []
 
+    if p["target"]:
+        rc, out, err = module.run_command(["systemctl", "show", "--property=Wants,ConsistsOf", "--value", "--",
+                                           p["target"]])
+        if rc != 0:
+            module.fail_json(msg=f"systemctl show {p['target']} failed on {host} (rc {rc}): {err.strip()}")
+        p["units"] = [unit for unit in p["units"] if unit in parse_members(out)]
     failures, warnings = [], []
     # One client run sends every job, the instances' and the real queues' (each run starts the app's Python).
     own = [smoke_queue(unit, host) for unit in p["units"]]

@@ -92,3 +92,21 @@ def test_a_broker_that_does_not_answer_is_named_not_a_worker_that_does_not_consu
     assert result["failed"] and "could not reach the broker: OperationalError: Error 111 connecting to broker:6379" in (
         result["msg"])
     assert "does not consume" not in result["msg"]
+
+
+def test_with_the_target_only_the_instances_it_wants_here_get_a_job(run_module, monkeypatch):
+    monkeypatch.setattr(smoke_test.os.path, "realpath", lambda p: p)
+    args = {**ARGS, "units": ["shop-worker@1.service", "shop-worker@2.service"], "target": "shop.target"}
+    wants = (["systemctl", "show", "--property=Wants,ConsistsOf"], (0, "shop-worker@1.service shop-web.service\n\n", ""))
+    result, calls = run_module(smoke_test, args, [
+        wants,
+        (["systemctl", "show", "--property=MainPID"], (0, "42\n", "")),
+        (["systemd-run"], lambda argv: (0, json.dumps([answer()]) + "\n", "")),
+    ])
+    assert not result.get("failed"), result
+    assert [e["unit"] for e in result["instances"]] == ["shop-worker@1.service"]
+    client = next(c for c in calls if c[0] == "systemd-run")
+    assert not any("shop-worker@2" in arg for arg in client)
+    # A process type none of whose instances run here (a singleton placed elsewhere) sends nothing.
+    result, calls = run_module(smoke_test, {**args, "units": ["shop-beat@1.service"]}, [wants])
+    assert result["instances"] == [] and not result.get("failed") and all(c[0] != "systemd-run" for c in calls)
