@@ -11,12 +11,18 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 logs=$here/.build/molecule
 mkdir -p "$logs" && rm -f "$logs"/*.log
 
+# A scenario named twice in one lane runs twice (its second log is <scenario>.2.log): how the suite's time is
+# measured with more scenarios than it has.
+log_of() { local n=1; while [ -e "$logs/$1$([ $n = 1 ] || echo ".$n").log" ]; do n=$((n + 1)); done
+  echo "$logs/$1$([ $n = 1 ] || echo ".$n").log"; }
+
 lane() {
-  local s rc=0 began
+  local s rc=0 began log
   for s in $1; do
     began=$SECONDS
-    molecule -c "$here/.config/molecule/config.yml" test -s "$s" >"$logs/$s.log" 2>&1 || rc=1
-    echo "scenario $s: $([ $rc = 0 ] && echo passed || echo FAILED) in $((SECONDS - began)) s" >>"$logs/$s.log"
+    log=$(log_of "$s")
+    molecule -c "$here/.config/molecule/config.yml" test -s "$s" >"$log" 2>&1 || rc=1
+    echo "scenario $s: $([ $rc = 0 ] && echo passed || echo FAILED) in $((SECONDS - began)) s" >>"$log"
     [ $rc = 0 ] || break
   done
   return $rc
@@ -32,11 +38,13 @@ done
 failed=0
 for i in "${!pids[@]}"; do
   wait "${pids[$i]}" || failed=1
-  for s in ${lanes[$i]}; do
-    [ -f "$logs/$s.log" ] || continue
-    echo "=================== molecule scenario $s ==================="
-    cat "$logs/$s.log"
+  for s in $(printf '%s\n' ${lanes[$i]} | sort -u); do
+    for log in "$logs/$s.log" "$logs/$s".[0-9]*.log; do
+      [ -f "$log" ] || continue
+      echo "=================== molecule scenario $s ($(basename "$log")) ==================="
+      cat "$log"
+    done
   done
 done
-for l in "${lanes[@]}"; do for s in $l; do tail -n 1 "$logs/$s.log" 2>/dev/null; done; done
+for log in "$logs"/*.log; do tail -n 1 "$log"; done
 exit $failed
