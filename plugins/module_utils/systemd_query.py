@@ -94,6 +94,14 @@ def parse_members(text: str) -> list[str]:
     return sorted({word for word in text.split() if word.endswith(".service")})
 
 
+def members(run: Runner, target: str) -> list[str]:
+    """The service units `target` wants (see parse_members)."""
+    rc, out, err = run(["systemctl", "show", "--property=Wants,ConsistsOf", "--value", target])
+    if rc != 0:
+        raise SystemdQueryError(f"systemctl show {target} failed (rc {rc}): {err.strip()}")
+    return parse_members(out)
+
+
 def definition_paths(props: dict[str, str], read: Callable[[str], str] | None = None) -> list[str]:
     """Files a unit's running definition came from: the unit file, drop-ins, environment files and, when
     `read` (path -> text) is given, the credential files its unit file and drop-ins load."""
@@ -193,10 +201,7 @@ def query(
         raise SystemdQueryError(f"systemctl --version failed (rc {rc}): {err.strip()}")
     result: dict = {"systemd_version": parse_version(out), "members": [], "units": {}}
     if target:
-        rc, out, err = run(["systemctl", "show", "--property=Wants,ConsistsOf", "--value", target])
-        if rc != 0:
-            raise SystemdQueryError(f"systemctl show {target} failed (rc {rc}): {err.strip()}")
-        result["members"] = parse_members(out)
+        result["members"] = members(run, target)
     names = list(dict.fromkeys(list(units) + result["members"]))
     if names:
         props = list(dict.fromkeys(["Id", *properties, *STALENESS_PROPERTIES]))

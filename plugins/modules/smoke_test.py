@@ -150,7 +150,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     transient_argv,
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
-from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import parse_members
+from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import SystemdQueryError, members
 
 
 def main():
@@ -205,11 +205,11 @@ def main():
         return []
 
     if p["target"]:
-        rc, out, err = module.run_command(["systemctl", "show", "--property=Wants,ConsistsOf", "--value", "--",
-                                           p["target"]])
-        if rc != 0:
-            module.fail_json(msg=f"systemctl show {p['target']} failed on {host} (rc {rc}): {err.strip()}")
-        p["units"] = [unit for unit in p["units"] if unit in parse_members(out)]
+        try:
+            wanted = members(module.run_command, p["target"])
+        except SystemdQueryError as exc:
+            module.fail_json(msg=f"{exc} on {host}")
+        p["units"] = [unit for unit in p["units"] if unit in wanted]
     failures, warnings = [], []
     # One client run sends every job, the instances' and the real queues' (each run starts the app's Python).
     own = [smoke_queue(unit, host) for unit in p["units"]]
