@@ -15,7 +15,8 @@ type of 2 instances per host, deploys build 0 everywhere (not timed), then times
                  then hosts-1 and no-op on Mitogen's SSH transport (mitogen_ssh)
   status         sturdy.workers.status on host 1 against a bare `systemctl show` play (best of 3 each)
 
-Prints each against the floor (and hosts-N against hosts-1), writes .bench/bench.json and, with matplotlib,
+Prints each against the floor (and hosts-N against hosts-1) with the CPU seconds the machine spent busy meanwhile
+(controller and hosts: what a run costs the CPU-bound test suite), writes .bench/bench.json and, with matplotlib,
 .bench/phases.png (each run's phases as a stacked bar). Hosts stay up for a look; `make bench-clean` removes them.
 """
 
@@ -74,6 +75,14 @@ all:
       hosts:
 {apps}
 """
+
+
+def busy_seconds() -> float:
+    """CPU seconds this machine has spent busy since boot, all cores: the controller and the hosts alike (the hosts
+    are containers here). A run's difference is what it costs a CPU-bound machine such as the test suite's."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        ticks = [int(v) for v in fh.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
 
 
 def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
@@ -135,16 +144,19 @@ class Bench:
             out=OUT, broker=BROKER, first=HOSTS[0], apps="\n".join(f"        {h}:" for h in HOSTS)))
         self.env = dict(os.environ, ANSIBLE_CONFIG=str(OUT / "ansible.cfg"), MOLECULE_EPHEMERAL_DIRECTORY=str(OUT))
         self.results: dict[str, dict] = {}
+        self.cpu = 0.0
         # Build IDs of this run only: a second run on the same hosts deploys releases they have not seen either.
         self.stamp, self.builds = time.strftime("%Y%m%d.%H%M%S"), 0
 
     def play(self, *args: str, env: dict | None = None, log: str = "play") -> float:
-        began = time.monotonic()
+        """Run ansible-playbook; its wall seconds (and the machine's busy CPU seconds meanwhile in self.cpu)."""
+        began, cpu = time.monotonic(), busy_seconds()
         with open(OUT / f"{log}.log", "w", encoding="utf-8") as fh:
             done = subprocess.run(["ansible-playbook", *args], env=env or self.env, stdout=fh, stderr=subprocess.STDOUT,
                                   check=False)
         if done.returncode != 0:
             raise SystemExit(f"bench: ansible-playbook {' '.join(args)} failed: see {OUT}/{log}.log")
+        self.cpu = busy_seconds() - cpu
         return time.monotonic() - began
 
     def build(self) -> str:
@@ -166,7 +178,8 @@ class Bench:
         rep = json.loads(report.read_text())
         if rep["result"] != "success":
             raise SystemExit(f"bench: deploy {label} did not succeed: {rep['message']}")
-        self.results[label] = {"seconds": round(seconds, 1), "phases": rep["phases"], "hosts": len(hosts),
+        self.results[label] = {"seconds": round(seconds, 1), "cpu": round(self.cpu, 1), "phases": rep["phases"],
+                               "hosts": len(hosts),
                                # Hosts where nothing differed from their last deploy (a no-op's must be all).
                                "unchanged": sum(bool(h.get("unchanged")) for h in rep["hosts"].values())}
         if "no-op" in label and self.results[label]["unchanged"] != len(hosts):
@@ -175,10 +188,11 @@ class Bench:
         return self.results[label]
 
     def floor(self, label: str, host: str, build: str, *transport: str) -> dict:
+        cpu = busy_seconds()
         out = sh(sys.executable, str(ROOT / "tools" / "floor.py"), "--host", host, "--artifact",
                  str(OUT / "dist" / f"shop-{build}.tar.gz"), "--build-id", build, *transport,
                  stdout=subprocess.PIPE).stdout
-        self.results[label] = json.loads(out) | {"hosts": 1}
+        self.results[label] = json.loads(out) | {"hosts": 1, "cpu": round(busy_seconds() - cpu, 1)}
         return self.results[label]
 
     def backlog(self, host: str, label: str = "backlog", *extra: str) -> None:
@@ -265,14 +279,15 @@ def summary(results: dict) -> list[str]:
     """One line per part measured: seconds, the ratio the issue's targets name, the phases."""
     r = {k: v["seconds"] for k, v in results.items()}
     lines = [f"machine: {os.cpu_count()} cores; podman transport, pipelining on, forks {FORKS}, serial default",
-             f"{'run':<18}{'seconds':>9}  {'ratio':<34} phases"]
+             f"{'run':<18}{'seconds':>9}{'cpu s':>7}  {'ratio':<34} phases"]
 
     def line(name: str, against: str = "", what: str = "") -> None:
         if name not in r or (against and against not in r):
             return
         ratio = f"{r[name] / r[against]:.2f} x {what or against}" if against else what
         phases = dict(sorted(results[name].get("phases", {}).items(), key=lambda kv: PHASES.index(kv[0])))
-        lines.append(f"{name:<18}{r[name]:>9.1f}  {ratio:<34} {' '.join(f'{k} {v}' for k, v in phases.items())}")
+        cpu = results[name].get("cpu", "")
+        lines.append(f"{name:<18}{r[name]:>9.1f}{cpu:>7}  {ratio:<34} {' '.join(f'{k} {v}' for k, v in phases.items())}")
 
     line("floor", what="1.00")
     line("hosts-1", "floor")

@@ -37,6 +37,34 @@ def on_mitogen(env: dict[str, str]) -> dict[str, str]:
     return dict(env, ANSIBLE_STRATEGY="sturdy_mitogen_linear", ANSIBLE_STRATEGY_PLUGINS=str(Path(__file__).parent / "strategy"))
 
 
+def ssh_key(where: Path, names: list[str]) -> Path:
+    """An SSH key of the scenario's own in `where` (made once), authorized for root on the hosts `names` (the test
+    images run sshd)."""
+    key = where / "id_ed25519"
+    if not key.exists():
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sturdy-tests", "-f", str(key)],
+                       check=True)
+    pub = key.with_suffix(".pub").read_text()
+    for name in names:
+        subprocess.run(["podman", "exec", "-i", name, "sh", "-c",
+                        "install -d -m 0700 /root/.ssh && cat > /root/.ssh/authorized_keys"],
+                       input=pub, text=True, check=True)
+    return key
+
+
+def address(name: str) -> str:
+    """The host's address on the scenario's network, which the controller reaches (rootful podman, a bridge)."""
+    return subprocess.run(["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                           name], capture_output=True, text=True, check=True).stdout.strip()
+
+
+# How the tests reach hosts over SSH as a user's ansible.cfg would: pipelining and a persistent master connection.
+SSH_CFG = ("[connection]\npipelining = True\n[ssh_connection]\n"
+           "ssh_args = -o ControlMaster=auto -o ControlPersist=60s -o StrictHostKeyChecking=no"
+           " -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR\n")
+
+
 def host(name: str):
     return testinfra.get_host(f"podman://{name}")
 

@@ -17,7 +17,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 # The tests import these from here.
-from testhosts import host, recaps, said, wait_for, while_tasks_flow  # noqa: E402,F401  # pylint: disable=unused-import
+from testhosts import SSH_CFG, address, host, recaps, said, ssh_key, wait_for, while_tasks_flow  # noqa: E402,F401  # pylint: disable=unused-import
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 README = SCENARIO_DIR.parent.parent / "README.md"
@@ -83,26 +83,8 @@ def readme_command(playbook: str, build: str = "", having: str = "") -> list[str
 
 
 @functools.cache
-def ssh_key() -> Path:
-    """The scenario's SSH key (made once), authorized for root on every app host (once: a host stopped and started
-    again keeps its files)."""
-    key = EPHEMERAL / "ssh" / "id_ed25519"
-    if not key.exists():
-        key.parent.mkdir(mode=0o700, exist_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sturdy-deploy-tests", "-f", str(key)],
-                       check=True)
-    pub = key.with_suffix(".pub").read_text()
-    for name in APPS:
-        subprocess.run(["podman", "exec", "-i", name, "sh", "-c",
-                        "install -d -m 0700 /root/.ssh && cat > /root/.ssh/authorized_keys"],
-                       input=pub, text=True, check=True)
-    return key
-
-
-def address(name: str) -> str:
-    """The host's address on the scenario's network, which the controller reaches (rootful podman, a bridge)."""
-    return subprocess.run(["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-                           name], capture_output=True, text=True, check=True).stdout.strip()
+def key() -> Path:
+    return ssh_key(EPHEMERAL / "ssh", APPS)
 
 
 def readme_dir() -> Path:
@@ -111,16 +93,12 @@ def readme_dir() -> Path:
     the README's pipelining and a persistent master connection per host."""
     where = EPHEMERAL / "readme"
     where.mkdir(exist_ok=True)
-    key = ssh_key()
     # Written every time: a directory left by an earlier run of the scenario must not stand in for this one, and a
     # host that was stopped and started again may have a new address.
-    (where / "ansible.cfg").write_text(
-        "[connection]\npipelining = True\n[ssh_connection]\n"
-        "ssh_args = -o ControlMaster=auto -o ControlPersist=60s -o StrictHostKeyChecking=no"
-        " -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR\n")
+    (where / "ansible.cfg").write_text(SSH_CFG)
     hosts = {name: {"ansible_host": address(name)} for name in APPS}
     (where / "inventory.yml").write_text(yaml.safe_dump({"all": {
-        "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(key)},
+        "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(key())},
         "children": {"workers": {"hosts": {name: hosts[name] for name in WORKERS}},
                      "web": {"hosts": {"web-trixie": hosts["web-trixie"]}}}}}, sort_keys=False))
     for name in ("group_vars", "host_vars"):

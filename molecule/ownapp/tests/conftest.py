@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
-from testhosts import host, said  # noqa: E402,F401  # pylint: disable=unused-import
+from testhosts import SSH_CFG, address, host, said, ssh_key  # noqa: E402,F401  # pylint: disable=unused-import
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
@@ -58,7 +58,8 @@ def command(playbook: str, build: str = "") -> list[str]:
 
 def lay_out() -> Path:
     """deploy/ with the README's files, the ledger project as ../ledger, and how Ansible reaches the hosts (the one
-    thing the README leaves to the user: here podman's connection instead of SSH)."""
+    thing the README leaves to the user): SSH as root with a key of the scenario's own, an ansible.cfg with
+    pipelining and a persistent master connection, each host's address in its host_vars."""
     shutil.rmtree(WALK, ignore_errors=True)
     deploy = WALK / "deploy"
     for path, body in walkthrough()[0].items():
@@ -66,10 +67,12 @@ def lay_out() -> Path:
         (deploy / path).write_text(body)
     shutil.copytree(ROOT / "tests" / "apps" / "ledger", WALK / "ledger",
                     ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    key = ssh_key(EPHEMERAL / "ssh", list(HOSTS.values()))
+    (deploy / "ansible.cfg").write_text(SSH_CFG)
     (deploy / "host_vars").mkdir()
     for name, container in HOSTS.items():
         (deploy / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump(
-            {"ansible_connection": "containers.podman.podman", "ansible_host": container}))
+            {"ansible_host": address(container), "ansible_user": "root", "ansible_ssh_private_key_file": str(key)}))
     # The collection as users install it: built by ansible-galaxy (galaxy.yml's build_ignore), installed from the
     # tarball into an empty collections path.
     built = subprocess.run(["ansible-galaxy", "collection", "build", str(ROOT), "--output-path", str(WALK / "dist")],
