@@ -282,9 +282,11 @@ def summary(results: dict) -> list[str]:
              f"{'run':<18}{'seconds':>9}{'cpu s':>7}  {'ratio':<34} phases"]
 
     def line(name: str, against: str = "", what: str = "") -> None:
-        if name not in r or (against and against not in r):
+        if name not in r:
             return
-        ratio = f"{r[name] / r[against]:.2f} x {what or against}" if against else what
+        ratio = f"{r[name] / r[against]:.2f} x {what or against}" if against in r else what
+        if against and against not in r:
+            ratio = f"(no {against} in this run)"
         phases = dict(sorted(results[name].get("phases", {}).items(), key=lambda kv: PHASES.index(kv[0])))
         cpu = results[name].get("cpu", "")
         lines.append(f"{name:<18}{r[name]:>9.1f}{cpu:>7}  {ratio:<34} {' '.join(f'{k} {v}' for k, v in phases.items())}")
