@@ -31,7 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "molecule" / "_shared"))
-from testhosts import on_mitogen  # noqa: E402  (the Mitogen settings the scenarios run with)
+# The Mitogen settings the scenarios run with, and their SSH key and address helpers.
+from testhosts import address, on_mitogen, ssh_key  # noqa: E402
 
 OUT = ROOT / ".bench"
 NET, BROKER, IMAGE = "sturdy-bench", "sturdy-bench-broker", "localhost/sturdy-systemd:12"
@@ -106,25 +107,6 @@ def hosts_up() -> None:
             if state in ("running", "degraded"):
                 break
             time.sleep(1)
-
-
-def ssh_up() -> dict[str, str]:
-    """sshd running on every app host with root's key from .bench/ssh; each host's address on the bench network."""
-    key = OUT / "ssh" / "id_ed25519"
-    if not key.exists():
-        key.parent.mkdir(parents=True, exist_ok=True)
-        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
-    public = (key.parent / "id_ed25519.pub").read_text().strip()
-    # The test images carry openssh-server (testbed/build-image.sh): only the key is the bench's own.
-    setup = (f"mkdir -p -m 700 /root/.ssh && echo '{public}' > /root/.ssh/authorized_keys && "
-             "systemctl enable --now ssh >/dev/null 2>&1; systemctl is-active ssh")
-    jobs = [subprocess.Popen(["podman", "exec", name, "sh", "-c", setup], stdout=subprocess.PIPE, text=True)
-            for name in HOSTS]
-    for name, job in zip(HOSTS, jobs):
-        if job.wait() != 0:
-            raise SystemExit(f"bench: sshd did not start on {name}")
-    return {name: sh("podman", "inspect", "-f", "{{(index .NetworkSettings.Networks \"" + NET + "\").IPAddress}}",
-                     name, stdout=subprocess.PIPE).stdout.strip() for name in HOSTS}
 
 
 def clean() -> None:
@@ -230,7 +212,8 @@ class Bench:
             self.deploy(f"hosts-{n}" + (f" serial {serial}" if serial else ""), HOSTS[:n], self.build(), None, *extra)
 
         def ssh() -> None:
-            addresses = ssh_up()
+            # The test images run sshd (testbed/build-image.sh): only the key is the bench's own.
+            key, addresses = ssh_key(OUT / "ssh", HOSTS), {h: address(h) for h in HOSTS}
             inventory = OUT / "inventory-ssh.yml"
             inventory.write_text(INVENTORY.format(out=OUT, broker=BROKER, first=HOSTS[0], apps="\n".join(
                 f"        {h}: {{ansible_connection: ssh, ansible_host: {addresses[h]}, ansible_user: root}}"
@@ -238,9 +221,9 @@ class Bench:
             options = ("-o ControlMaster=auto -o ControlPersist=120s -o ControlPath=/tmp/bench-ssh-%C "
                        "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
             env = dict(self.env, ANSIBLE_INVENTORY=str(inventory),
-                       ANSIBLE_PRIVATE_KEY_FILE=str(OUT / "ssh" / "id_ed25519"), ANSIBLE_SSH_ARGS=options)
+                       ANSIBLE_PRIVATE_KEY_FILE=str(key), ANSIBLE_SSH_ARGS=options)
             self.floor("ssh floor", f"root@{addresses[HOSTS[0]]}", self.build(), "--transport", "ssh", "--ssh-args",
-                       f"-i {OUT / 'ssh' / 'id_ed25519'} {options}")
+                       f"-i {key} {options}")
             self.deploy("ssh hosts-1", HOSTS[:1], self.build(), env)
             self.deploy("ssh no-op", HOSTS[:1], self.last(), env)
             self.deploy("ssh hosts-8", HOSTS, self.build(), env)
@@ -284,8 +267,11 @@ def summary(results: dict) -> list[str]:
     def line(name: str, against: str = "", what: str = "") -> None:
         if name not in r:
             return
-        ratio = f"{r[name] / r[against]:.2f} x {what or against}" if against in r else what
-        if against and against not in r:
+        if not against:
+            ratio = what
+        elif against in r:
+            ratio = f"{r[name] / r[against]:.2f} x {what or against}"
+        else:
             ratio = f"(no {against} in this run)"
         phases = dict(sorted(results[name].get("phases", {}).items(), key=lambda kv: PHASES.index(kv[0])))
         cpu = results[name].get("cpu", "")
