@@ -116,7 +116,7 @@ molecule-collections:
 	ln -sfn $(CURDIR) $(MOLECULE_COLLECTIONS)/ansible_collections/sturdy/workers
 
 molecule: venv images promtool molecule-collections
-	@for s in $(SCENARIOS); do case " $(subst :, ,$(MOLECULE_LANES)) " in *" $$s "*) ;; \
+	@for s in $(subst :, ,$(SCENARIOS)); do case " $(subst :, ,$(MOLECULE_LANES)) " in *" $$s "*) ;; \
 	  *) echo "molecule/$$s is in no lane: add it to MOLECULE_LANES in the Makefile"; exit 1;; esac; done
 	ANSIBLE_COLLECTIONS_PATH=$(MOLECULE_COLLECTIONS) tools/molecule_lanes.sh \
 	  "$(if $(filter command line,$(origin SCENARIOS)),$(SCENARIOS),$(MOLECULE_LANES))"

@@ -31,9 +31,10 @@ def group_by_host(item) -> None:
 
 
 def on_mitogen(env: dict[str, str]) -> dict[str, str]:
-    """`env` for an ansible-playbook run on Mitogen's podman transport (sturdy_mitogen_linear), which keeps one
-    Python per host across tasks: what the deploy and release scenarios set in their molecule.yml, for tools/bench.py.
-    The worker scenario and the README commands stay on the stock strategy and connection."""
+    """`env` for an ansible-playbook run on Mitogen (sturdy_mitogen_linear), which keeps one Python per host across
+    tasks and takes the inventory's connection over (mitogen_podman, mitogen_ssh): what the deploy, release, rabbitmq
+    and rq scenarios set in their molecule.yml, for tools/bench.py. The worker and ownapp scenarios and the README
+    commands stay on the stock strategy."""
     return dict(env, ANSIBLE_STRATEGY="sturdy_mitogen_linear", ANSIBLE_STRATEGY_PLUGINS=str(Path(__file__).parent / "strategy"))
 
 
