@@ -110,9 +110,12 @@ def readme_dir() -> Path:
 def run_as_readme(argv: list[str]) -> subprocess.CompletedProcess:
     """Run `argv` from readme_dir() with none of molecule's ANSIBLE_* settings: the collection as installed."""
     installed = EPHEMERAL / "collections"
-    if not installed.exists():
-        (installed / "ansible_collections" / "sturdy").mkdir(parents=True)
-        (installed / "ansible_collections" / "sturdy" / "workers").symlink_to(SCENARIO_DIR.parent.parent)
+    # Made every time, as readme_dir(): a link left by a run of another checkout (molecule keeps the ephemeral
+    # directory) would run that checkout's collection, or none.
+    link = installed / "ansible_collections" / "sturdy" / "workers"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(SCENARIO_DIR.parent.parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_COLLECTIONS_PATH=str(installed), ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log"),
                ANSIBLE_NOCOLOR="1")

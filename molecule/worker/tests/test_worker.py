@@ -192,15 +192,11 @@ def test_fast_failing_unit_gives_up_within_the_computed_bound(host):
     assert limit == {"StartLimitIntervalUSec": "18s" if trixie else "12s", "StartLimitBurst": "4"}
     bound = usec(limit["StartLimitIntervalUSec"])
 
-    starts: list[float] = []
     since = host.check_output("date +%s")
     began = time.monotonic()
     host.run_test("systemctl start %s", unit)
     while time.monotonic() - began < bound + 10:
-        now = show(host, unit, "ActiveState", "SubState", "NRestarts", "ExecMainStartTimestampMonotonic")
-        stamp = int(now["ExecMainStartTimestampMonotonic"]) / 1e6
-        if stamp and (not starts or stamp != starts[-1]):
-            starts.append(stamp)
+        now = show(host, unit, "ActiveState", "SubState", "NRestarts")
         if now["ActiveState"] == "failed":
             break
         time.sleep(0.1)
@@ -214,7 +210,6 @@ def test_fast_failing_unit_gives_up_within_the_computed_bound(host):
     journal = host.check_output("journalctl -u %s --since @%s --no-pager -o cat", unit, since)
     assert "Start request repeated too quickly" in journal, journal
     assert elapsed <= bound, f"gave up after {elapsed:.1f}s, bound {bound}s"
-    assert len(starts) == 4, starts
     # The delays as systemd kept them: from each exit (PID 1's exit record) to its restart job (the restart timer
     # firing), not between starts, which add the start's own time and stretch on a loaded host (a 2.47 s gap on
     # bookworm's constant 1 s was seen). Measured on idle hosts: 1.16-1.24 s on 252, 1.15, 1.72, 2.72, 4.21 s on
@@ -224,7 +219,10 @@ def test_fast_failing_unit_gives_up_within_the_computed_bound(host):
     exits = [int(r["__MONOTONIC_TIMESTAMP"]) / 1e6 for r in pid1 if r.get("MESSAGE_ID") == UNIT_PROCESS_EXIT]
     restarts = [int(r["__MONOTONIC_TIMESTAMP"]) / 1e6 for r in pid1 if r.get("MESSAGE_ID") == UNIT_RESTART_SCHEDULED]
     delays = [round(r - e, 2) for e, r in zip(exits, restarts)]
-    # The fourth restart job is the one the start limit refuses.
+    # Four starts, each ended by its exit (counted from PID 1's records: polling the start time from the test missed
+    # a start that came and went between two polls on a loaded machine); the fourth restart job is the one the
+    # start limit refuses.
+    assert len(exits) == 4, exits
     assert len(delays) == 4, (exits, restarts)
     want = [1.0, 1.59, 2.52, 4.0] if trixie else [1.0, 1.0, 1.0, 1.0]
     assert all(w - 0.05 <= d <= w + 0.5 for d, w in zip(delays, want)), (delays, want)
