@@ -813,6 +813,7 @@ def test_5000_tasks_flow_through_a_two_host_deploy_each_run_once_and_every_insta
         web.check_output(f"/usr/local/sbin/shop-task --sleep {prefix} {seconds} {count} > /dev/null")
     build = B2 if current("worker-trixie") == B5 else B5
     seen = []
+    since = web.check_output("date +%s")
 
     def watch_the_queue():
         seen.append(default_queue(web))
@@ -830,7 +831,13 @@ def test_5000_tasks_flow_through_a_two_host_deploy_each_run_once_and_every_insta
     assert max(depths) > 1000, depths
     runs = {prefix: runs_of(prefix, count, tries=100) for prefix, (seconds, count) in batches.items()}
     # Nothing was killed and no stop timed out, so no task ran twice and none was lost.
-    assert runs == {prefix: {"done": count, "runs": {"1": count}} for prefix, (seconds, count) in batches.items()}, runs
+    once = {prefix: {"done": count, "runs": {"1": count}} for prefix, (seconds, count) in batches.items()}
+    # A task run twice was seen once, on a machine running nine scenarios 1.5x slower than usual: what the workers
+    # said about stops, kills, watchdogs and redeliveries goes with the failure.
+    assert runs == once, (runs, stops, {name: host(name).run(
+        f"journalctl --since @{since} --no-pager -o short-monotonic -u 'shop-worker@*' "
+        "| grep -iE 'warm shutdown|watchdog|kill|restor|redeliver|timed out|lost' | tail -20").stdout
+        for name in WORKERS})
     print(f"5,000 tasks through deploy {build} in {rep['seconds']}s: queue depth at most {max(depths)}, oldest message "
           f"at most {oldest}s old during the deploy; stop waits {stops}")
 
