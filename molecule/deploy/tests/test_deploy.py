@@ -632,8 +632,10 @@ def test_readme_diagnose_tells_a_crash_at_import_and_a_start_timeout_and_masks_t
             h.run(f"systemctl restart {unit}")
         for h in (bookworm, trixie):
             deadline = time.monotonic() + 60
-            while h.check_output(f"systemctl show -P ActiveState {unit}") == "active":
-                assert time.monotonic() < deadline, f"{unit} stayed active with the test's drop-in"
+            # Until the drop-in's start has failed (Result= no longer the clean stop's "success"): "not active" alone
+            # also held while the old instance was still stopping, and the diagnosis then saw no failure yet.
+            while h.check_output(f"systemctl show -P Result {unit}") == "success":
+                assert time.monotonic() < deadline, f"{unit} did not fail with the test's drop-in"
                 time.sleep(1)
         argv = [f"sturdy_diagnose_unit={unit}" if a.startswith("sturdy_diagnose_unit=") else a
                 for a in readme_command("diagnose")]
