@@ -39,8 +39,9 @@ def on_mitogen(env: dict[str, str]) -> dict[str, str]:
 
 
 def ssh_key(where: Path, names: list[str]) -> Path:
-    """An SSH key of the scenario's own in `where` (made once), authorized for root on the hosts `names` (the test
-    images run sshd)."""
+    """An SSH key of its own in `where` (made once), authorized for root on the hosts `names` (the test images run
+    sshd): for tools/bench.py's hosts. A scenario's prepare does this for its hosts (molecule/_shared/authorize_key.yml,
+    the key EPHEMERAL/ssh/id_ed25519)."""
     key = where / "id_ed25519"
     if not key.exists():
         where.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shlex
@@ -17,7 +16,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 # The tests import these from here.
-from testhosts import SSH_CFG, address, host, recaps, said, ssh_key, wait_for, while_tasks_flow  # noqa: E402,F401  # pylint: disable=unused-import
+from testhosts import SSH_CFG, address, host, recaps, said, wait_for, while_tasks_flow  # noqa: E402,F401  # pylint: disable=unused-import
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 README = SCENARIO_DIR.parent.parent / "README.md"
@@ -82,9 +81,9 @@ def readme_command(playbook: str, build: str = "", having: str = "") -> list[str
     raise AssertionError(f"README.md shows no ansible-playbook sturdy.workers.{playbook} command {having}")
 
 
-@functools.cache
 def key() -> Path:
-    return ssh_key(EPHEMERAL / "ssh", APPS)
+    """The scenario's SSH key, which its prepare authorized for root on every host (molecule/_shared/authorize_key.yml)."""
+    return EPHEMERAL / "ssh" / "id_ed25519"
 
 
 def readme_dir() -> Path:

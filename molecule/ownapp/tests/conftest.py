@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
-from testhosts import SSH_CFG, address, host, said, ssh_key  # noqa: E402,F401  # pylint: disable=unused-import
+from testhosts import SSH_CFG, address, host, said  # noqa: E402,F401  # pylint: disable=unused-import
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
@@ -67,7 +67,7 @@ def lay_out() -> Path:
         (deploy / path).write_text(body)
     shutil.copytree(ROOT / "tests" / "apps" / "ledger", WALK / "ledger",
                     ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
-    key = ssh_key(EPHEMERAL / "ssh", list(HOSTS.values()))
+    key = EPHEMERAL / "ssh" / "id_ed25519"  # the scenario's prepare authorized it (molecule/_shared/authorize_key.yml)
     (deploy / "ansible.cfg").write_text(SSH_CFG)
     (deploy / "host_vars").mkdir()
     for name, container in HOSTS.items():
