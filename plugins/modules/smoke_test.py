@@ -236,9 +236,7 @@ def main():
                                 f"agent (Type=notify, STURDY_AGENT={p['adapter']} in the unit)? Its journal tells more")
                 continue
             if not entry.get("ok"):
-                failures.append(f"the smoke job for {unit} on {host} failed: {entry.get('error')}"
-                                + (" (a result backend is needed to receive the answer; the app's Celery app must have "
-                                   "one)" if p["adapter"] == "celery" else ""))
+                failures.append(f"the smoke job for {unit} on {host} failed: {entry.get('error')}")
                 continue
             answer = entry["answer"]
             expect = {"build_id": p["build_id"], "host": host, "unit": unit, "pid": pid, "release": release}

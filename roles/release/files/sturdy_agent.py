@@ -12,7 +12,9 @@ STURDY_AGENT=celery; then, inside a Celery worker:
   release the code was loaded from, the host, unit, main PID, release path, the queues the worker consumes
   and its reliability settings. The smoke queue has a consumer and channel of its own (SmokeConsumer), so a smoke
   job never waits behind the app's backlog or prefetched tasks: it runs in the pool when a slot is free, and when
-  every slot is busy the worker's main process answers at once, naming the tasks that occupy them.
+  every slot is busy the worker's main process answers at once, naming the tasks that occupy them. The answer goes
+  through the app's result backend, or, for an app that has none, through one on the broker that only the smoke
+  task uses (reply_backend());
 
 - a record of each task while it runs ($STATE_DIRECTORY/sturdy-tasks/<unit>/<pid>.json: id, name, start, the
   unit's invocation), left behind when the worker is killed, so a diagnosis can tell what it was running;
@@ -51,6 +53,7 @@ import os
 import socket
 import sys
 import time
+import types
 import uuid
 
 SMOKE_TASK = "sturdy.smoke"
@@ -629,6 +632,28 @@ def expired(headers: dict, now: datetime.datetime) -> bool:
         return False
 
 
+def reply_url(broker_url: str) -> str:
+    """The result backend a smoke answer travels through when the app has none (many apps send tasks and never read
+    a result): the broker's own Redis database on Redis, a reply queue of the sender's (rpc://) on any other broker."""
+    scheme = broker_url.partition("://")[0].lower()
+    return broker_url if scheme in ("redis", "rediss", "redis+socket") else "rpc://"
+
+
+def reply_backend(app):
+    """The backend the smoke task answers through: the app's result backend, or, for an app with none, one on the
+    broker (reply_url()) that only the smoke task uses: the app's own tasks still store nothing. One per process (the
+    pool's children make their own connections)."""
+    if app.conf.result_backend:
+        return app.backend
+    backends = _STATE.setdefault("reply_backends", {})
+    if os.getpid() not in backends:
+        from celery.app.backends import by_url  # pylint: disable=import-outside-toplevel
+
+        cls, url = by_url(reply_url(app.connection_for_write().as_uri(include_password=True)), app.loader)
+        backends[os.getpid()] = cls(app=app, url=url)
+    return backends[os.getpid()]
+
+
 def answer_smoke(consumer, message, to_pool, reserved) -> None:
     """Hand a smoke job to the pool when a slot is free; when every slot is busy, answer it from here (the worker's
     main process, which loaded the same release) with the tasks occupying the slots: proof the instance runs the build
@@ -649,7 +674,13 @@ def answer_smoke(consumer, message, to_pool, reserved) -> None:
             for r in load]
     app = consumer.app
     queues = list(app.amqp.queues.consume_from or app.amqp.queues)
-    app.backend.store_result(headers.get("id"), answer(token, app.conf, queues, "worker", busy), "SUCCESS")
+    backend = reply_backend(app)
+    # rpc:// sends the answer to the sender's reply queue, which the message names (the pool's path reads it from the
+    # task's request); a key-value backend needs no request.
+    request = (types.SimpleNamespace(reply_to=(message.properties or {}).get("reply_to"), children=[],
+                                     correlation_id=(message.properties or {}).get("correlation_id") or headers.get("id"))
+               if hasattr(backend, "destination_for") else None)
+    backend.store_result(headers.get("id"), answer(token, app.conf, queues, "worker", busy), "SUCCESS", request=request)
     if getattr(gate, "log", None) is not None:
         gate.log.info("sturdy_agent: smoke job %s answered by the worker itself: every pool slot is busy (%s)",
                       headers.get("id"), ", ".join(f"{b['name']}[{b['id']}]" for b in busy))
@@ -733,7 +764,18 @@ def install_celery_hooks() -> None:
         if record:
             prune_task_records(os.path.dirname(record), time.time())
 
-        @app.task(name=SMOKE_TASK, bind=True, acks_late=False, ignore_result=False)
+        class SmokeTask(app.Task):  # pylint: disable=abstract-method
+            """The smoke job answers through reply_backend(): the app's result backend, or the agent's own."""
+
+            @property
+            def backend(self):
+                return reply_backend(self.app)
+
+            @backend.setter
+            def backend(self, value):
+                pass
+
+        @app.task(name=SMOKE_TASK, bind=True, base=SmokeTask, acks_late=False, ignore_result=False)
         def smoke(task, token):
             return answer(token, task.app.conf, list(task.app.amqp.queues.consume_from or task.app.amqp.queues), "pool")
 
@@ -961,6 +1003,9 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
     A real queue that already holds messages gets no job (it would wait behind them, past any deadline): its proof is
     the workers consuming it now, each naming its build (the sturdy_health query their main processes answer)."""
     app = _celery_app(celery_app)
+    if not app.conf.result_backend:
+        # The app stores no results: the answers come back as the workers' smoke task sends them (reply_backend()).
+        app.conf.result_backend = reply_url(app.connection_for_write().as_uri(include_password=True))
     backlog = waiting(app, [q for q in targets if not q.startswith(SMOKE_PREFIX)])
     sent, found = [], {}
     for queue in targets:

@@ -309,9 +309,10 @@ def test_a_smoke_job_runs_in_the_pool_with_a_free_slot_and_is_answered_at_once_w
     class App:
         conf = type("Conf", (), {"broker_transport_options": {}, "task_acks_late": True,
                                  "task_reject_on_worker_lost": True, "worker_prefetch_multiplier": 1,
-                                 "task_time_limit": None, "task_soft_time_limit": None})
+                                 "task_time_limit": None, "task_soft_time_limit": None,
+                                 "result_backend": "redis://broker:6379/0"})
         amqp = type("Amqp", (), {"queues": type("Queues", (dict,), {"consume_from": {"default": None}})()})
-        backend = type("Backend", (), {"store_result": staticmethod(lambda *a: stored.append(a))})
+        backend = type("Backend", (), {"store_result": staticmethod(lambda *a, request: stored.append(a))})
 
     consumer = type("Consumer", (), {"app": App})
     pooled = []
@@ -363,6 +364,8 @@ def test_smoke_reports_a_job_the_broker_refused_and_still_waits_for_the_others(a
             return {"token": "t", "build_id": "5"}
 
     class App:
+        conf = type("Conf", (), {"result_backend": "redis://broker:6379/0"})
+
         def send_task(self, name, args, queue, expires):
             if queue == "mail":
                 raise OperationalError("Error 111 connecting to broker:6379. Connection refused.")
@@ -392,3 +395,68 @@ def test_a_worker_waiting_for_a_lost_broker_feeds_the_watchdog_and_says_so_until
     agent.loop_alive()
     agent.loop_alive()
     assert sent[2:] == ["WATCHDOG=1\nSTATUS=consuming (worker1@h)", "WATCHDOG=1"]
+
+
+def test_an_app_without_a_result_backend_gets_the_smoke_answers_through_the_broker(agent, monkeypatch):
+    # Redis: the broker's own database; any other broker: a reply queue of the sender's.
+    assert agent.reply_url("redis://:pw@broker:6379/3") == "redis://:pw@broker:6379/3"
+    assert agent.reply_url("rediss://:pw@broker:6380/0") == "rediss://:pw@broker:6380/0"
+    assert agent.reply_url("amqp://shop:pw@rabbit:5672/shop") == "rpc://"
+
+    class Result:
+        def get(self, timeout, propagate):
+            return {"token": "t"}
+
+    class App:
+        conf = type("Conf", (), {"result_backend": None})()
+        seen = []
+
+        def connection_for_write(self):
+            return type("Connection", (), {"as_uri": lambda self, include_password: "redis://:pw@broker:6379/3"})()
+
+        def send_task(self, name, args, queue, expires):
+            self.seen.append(self.conf.result_backend)  # set before the first job is sent
+            return Result()
+
+    app = App()
+    monkeypatch.setattr(agent, "_celery_app", lambda spec: app)
+    monkeypatch.setattr(agent, "waiting", lambda app, queues: dict.fromkeys(queues, 0))
+    monkeypatch.setattr(agent.uuid, "uuid4", type("Token", (), {"hex": "t"}))
+    (entry,) = agent.smoke("ledger.worker", ["ledger.entries"], 1.0)
+    assert entry["ok"] is True and app.seen == ["redis://:pw@broker:6379/3"]
+
+
+def test_a_smoke_job_answered_by_the_worker_itself_over_rpc_goes_to_the_senders_reply_queue(agent, monkeypatch):
+    stored = []
+
+    class Backend:  # rpc://: the answer is published to the queue the message names
+        def destination_for(self, task_id, request):
+            return request.reply_to, request.correlation_id
+
+        def store_result(self, task_id, result, state, request):
+            stored.append((task_id, state, self.destination_for(task_id, request)))
+
+    class App:
+        conf = type("Conf", (), {"broker_transport_options": {}, "task_acks_late": True,
+                                 "task_reject_on_worker_lost": True, "worker_prefetch_multiplier": 1,
+                                 "task_time_limit": None, "task_soft_time_limit": None, "result_backend": "rpc://"})
+        amqp = type("Amqp", (), {"queues": type("Queues", (dict,), {"consume_from": {"default": None}})()})
+        backend = Backend()
+
+    class Message:
+        headers = {"id": "smoke-2", "task": "sturdy.smoke"}
+        properties = {"reply_to": "a1b2-oid", "correlation_id": "smoke-2"}
+        acked = False
+
+        def decode(self):
+            return (["tok"], {}, {})
+
+        def ack(self):
+            self.acked = True
+
+    busy = type("Request", (), {"id": "r1", "name": "shop.sleep", "time_start": agent.time.time() - 3})()
+    monkeypatch.setitem(agent._STATE, "concurrency", 1)  # pylint: disable=protected-access
+    monkeypatch.setitem(agent._STATE, "gate", None)  # pylint: disable=protected-access
+    message = Message()
+    agent.answer_smoke(type("Consumer", (), {"app": App}), message, [].append, {busy})
+    assert message.acked and stored == [("smoke-2", "SUCCESS", ("a1b2-oid", "smoke-2"))]
