@@ -189,6 +189,9 @@ def cause(result: str, death: dict | None, signs: list[str], oom: bool, empty_lo
     if death:
         return ("it exited cleanly (status 0): a deliberate stop, or the program ended on its own",
                 "nothing failed; if it should still run, start it (systemctl start) and check its command")
+    if settings.get("ActiveState") == "active":
+        return ("it has not died: it runs, and systemd recorded no exit of its main process in the journal that was "
+                "read", "nothing to recover here; for an older death, widen the window (sturdy_diagnose_since)")
     return ("systemd has no record of its main process exiting in the journal that was read",
             "widen the window (sturdy_diagnose_since) or read journalctl -u <unit>")
 
@@ -210,7 +213,11 @@ def diagnosis(unit: str, props: dict, pid1: list[dict], output: list[dict], memo
     ooms = kernel_oom(kernel, unit)
     oom = oom_events(memory_events) > 0 or bool(ooms)
     why, step = cause(props.get("Result", ""), death, signs, oom, empty_log, tb, props)
-    interrupted = [t for t in tasks if not invocation or t.get("invocation") in (None, invocation)]
+    # The tasks of the invocation running now are not interrupted: its worker runs them.
+    live = props.get("InvocationID") if props.get("ActiveState") in ("active", "reloading") else None
+    current = [t for t in tasks if live and t.get("invocation") == live]
+    interrupted = [t for t in tasks if (not invocation or t.get("invocation") in (None, invocation))
+                   and t not in current]
     for t in interrupted:
         t["fate"] = task_words(t)
     return {
@@ -227,6 +234,7 @@ def diagnosis(unit: str, props: dict, pid1: list[dict], output: list[dict], memo
         "empty_log": empty_log,
         "oom": {"memory_events_oom_kill": oom_events(memory_events), "kernel": ooms[-3:]},
         "running_tasks": interrupted,
+        "current_tasks": current,
     }
 
 
@@ -238,6 +246,8 @@ def summary(host: str, d: dict) -> list[str]:
     lines.append(f"  why: {d['cause']}")
     for t in d["running_tasks"]:
         lines.append(f"  it was running {t.get('name')}[{t.get('id')}], started {t.get('ran', '?')}s before: {t['fate']}")
+    for t in d.get("current_tasks", []):
+        lines.append(f"  it is running {t.get('name')}[{t.get('id')}] now, for {t.get('running_for', '?')}s")
     if d["traceback"]:
         lines += ["  traceback:"] + [f"    {line}" for line in d["traceback"][-8:]]
     elif d["log_tail"]:

@@ -65,7 +65,9 @@ diagnoses:
   description:
     - One per unit, with C(unit), C(state), C(result), C(restarts), C(death) (C(time), C(code), C(status), C(words),
       C(invocation), C(clean)), C(signs), C(cause), C(next), C(traceback), C(log_tail), C(empty_log), C(oom) and
-      C(running_tasks) (C(id), C(name), C(started), C(ran), C(state), C(unacked), C(fate)).
+      C(running_tasks) (C(id), C(name), C(started), C(ran), C(state), C(unacked), C(fate)): the tasks the dead
+      invocation was running; C(current_tasks) (C(id), C(name), C(started), C(running_for)): those the invocation
+      running now runs, which nothing interrupted.
   returned: always
   type: list
   elements: dict
@@ -81,6 +83,7 @@ import json
 import os
 import re
 import socket
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -168,6 +171,8 @@ def main():
             if isinstance(record, dict) and (not death or record.get("invocation") in (None, death["invocation"])):
                 if death and record.get("started"):
                     record["ran"] = round(death["time"] - float(record["started"]), 1)
+                elif record.get("started"):
+                    record["running_for"] = round(time.time() - float(record["started"]), 1)
                 tasks.append(record)
         if tasks and p["tasks"]:
             tasks = with_task_states(module, tools, plan, unit, tasks)

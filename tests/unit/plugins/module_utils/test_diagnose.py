@@ -132,3 +132,18 @@ def test_running_tasks_of_the_dead_invocation_are_reported_with_their_fate():
     text = "\n".join(summary("h1", d))
     assert "h1 shop-worker@1.service: active (Result=-, NRestarts=1)" in text
     assert "it was running shopdemo.sleep[t1], started 4.2s before: not acknowledged" in text
+
+
+def test_a_live_instance_is_said_to_run_its_tasks_not_to_have_lost_them():
+    # The unit was never killed: its task records are those of the invocation running now.
+    tasks = [{"id": "t1", "name": "thumbs.render", "invocation": "inv9", "running_for": 5.3, "state": "PENDING",
+              "unacked": True}]
+    props = {"ActiveState": "active", "NRestarts": "0", "InvocationID": "inv9", "Result": "success"}
+    d = diagnosis(UNIT, props, [], [], None, [], tasks)
+    assert d["running_tasks"] == [] and [t["id"] for t in d["current_tasks"]] == ["t1"]
+    text = "\n".join(summary("h2", d))
+    assert "it is running thumbs.render[t1] now, for 5.3s" in text and "it was running" not in text
+    assert "why: it has not died" in text and "hands it out again" not in text
+    # Stopped (not active), the same records are what it was running when it went down.
+    d = diagnosis(UNIT, dict(props, ActiveState="failed", Result="timeout"), [], [], None, [], tasks)
+    assert [t["id"] for t in d["running_tasks"]] == ["t1"] and d["current_tasks"] == []
