@@ -65,8 +65,8 @@ diagnoses:
   description:
     - One per unit, with C(unit), C(state), C(result), C(restarts), C(death) (C(time), C(code), C(status), C(words),
       C(invocation), C(clean)), C(signs), C(cause), C(next), C(traceback), C(log_tail), C(empty_log), C(oom) and
-      C(running_tasks) (C(id), C(name), C(started), C(ran), C(state), C(unacked), C(fate)): the tasks the dead
-      invocation was running; C(current_tasks) (C(id), C(name), C(started), C(running_for)): those the invocation
+      C(running_tasks) (C(id), C(name), C(started), C(ran), C(state), C(unacked), C(fate)), the tasks the dead
+      invocation was running, and C(current_tasks) (C(id), C(name), C(started), C(running_for)), those the invocation
       running now runs, which nothing interrupted.
   returned: always
   type: list
