@@ -12,12 +12,18 @@ B1, B2, B5 = "2026.11.29-1", "2026.11.29-2", "2026.11.29-5"
 POLICY = {"delivery-limit": 3, "dead-letter-exchange": "", "dead-letter-routing-key": "sturdy.dead.default"}
 
 
+# The mailer runs the app with no result backend: its smoke jobs are answered through RabbitMQ (rpc://).
+MAILER = "shop-mailer@1.service"
+
+
 def every_instance_answered(build: str) -> None:
     rep = report()
     assert rep["result"] == "success" and rep["build_id"] == build, rep.get("failure")
     for name in WORKERS:
-        for unit in WORKER_UNITS:
+        for unit in [*WORKER_UNITS, MAILER]:
             assert rep["hosts"][name]["instances"][unit]["smoke_build"] == build, (name, unit)
+    mail = rep["queues"]["mail"]["smoke"]
+    assert mail["ok"] and mail["answer"]["build_id"] == build, mail
 
 
 def test_first_deploy_every_instance_answered_and_the_queue_got_rabbitmqs_own_ceiling():

@@ -22,7 +22,9 @@ if (_build.CRASH_ON_START and os.environ.get("STURDY_INSTANCE")) or os.environ.g
 # SHOP_SLOW_START=<seconds>: a worker that takes that long to import (for a start timeout).
 time.sleep(float(os.environ.get("SHOP_SLOW_START") or 0))
 
-app = Celery("shopdemo", broker=broker_url(), backend=result_url())
+# SHOP_RESULT_BACKEND=none: the app as many run, storing no results (a process type of the rabbitmq scenario).
+app = Celery("shopdemo", broker=broker_url(),
+             backend=None if os.environ.get("SHOP_RESULT_BACKEND") == "none" else result_url())
 if broker_url().startswith(("amqp", "pyamqp")):
     # On RabbitMQ the queues are quorum queues: the broker counts deliveries there (classic queues do not), which the
     # delivery ceiling needs. The web and the workers declare them alike.
