@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from conftest import (EPHEMERAL, SECRETS, WORKER_UNITS, WORKERS, current, dead_letters, deploy, host, playbook,
+import yaml
+
+from conftest import (EPHEMERAL, SCENARIO_DIR, SECRETS, WORKER_UNITS, WORKERS, current, dead_letters, deploy, host, playbook,
                       rabbitmqctl, report, said, shop_task, wait_for, while_tasks_flow)
 
 B1, B2, B5 = "2026.11.29-1", "2026.11.29-2", "2026.11.29-5"
@@ -200,6 +202,25 @@ def test_a_dropped_task_with_messages_queued_is_refused_then_dead_lettered_then_
     # Discard refuses without its flag.
     refused, dummy = dead_letters_playbook(sturdy_dead_letters_action="discard")
     assert refused.returncode != 0 and "sturdy_dead_letters_confirm_discard" in said(refused), said(refused)[-2000:]
+
+
+def test_a_new_process_type_whose_instance_cannot_start_is_named_with_why_on_the_canary_alone():
+    processes = yaml.safe_load((SCENARIO_DIR / "inventory" / "group_vars" / "workers.yml").read_text())["sturdy_processes"]
+    broken = {"name": "broken", "adapter": "celery", "celery_app": "shopdemo.celery", "queues": ["broken"],
+              "command": ["venv/bin/celery", "-A", "shopdemo.nosuch", "worker", "-Q", "broken"], "max_task_runtime": 30}
+    try:
+        result = deploy(B5, sturdy_processes=[*processes, broken])
+        assert result.returncode != 0
+        text = said(result)
+        # Not only systemd's "see systemctl status": the instance's own words, through the diagnosis (masked).
+        assert "shop-broken@1.service did not start on mq-bookworm" in text, text[-3000:]
+        assert "The module shopdemo.nosuch was not found" in text, text[-3000:]
+        assert "sturdy.workers.diagnose -e sturdy_diagnose_unit=shop-broken@1.service" in text, text[-3000:]
+        # The canary failed: the other host never got the new process type.
+        assert not host("mq-trixie").file("/etc/systemd/system/shop-broken@.service").exists
+    finally:
+        host("mq-bookworm").run("systemctl disable --now shop-broken@1.service; systemctl reset-failed 'shop-broken@*';"
+                                " rm -f /etc/systemd/system/shop-broken@.service; systemctl daemon-reload")
 
 
 def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():
