@@ -189,6 +189,11 @@ def cause(result: str, death: dict | None, signs: list[str], oom: bool, empty_lo
     if death:
         return ("it exited cleanly (status 0): a deliberate stop, or the program ended on its own",
                 "nothing failed; if it should still run, start it (systemctl start) and check its command")
+    if result == "start-limit-hit" or "start-limit" in signs:
+        return ("systemd refused to start it again: it hit its start limit (StartLimitBurst= starts within "
+                "StartLimitIntervalSec=, crashes and restarts alike), and no exit of its own is in the journal read",
+                "find why it failed before (widen sturdy_diagnose_since, or journalctl -u <unit>), fix that, then "
+                "systemctl reset-failed <unit> && systemctl start <unit>")
     if settings.get("ActiveState") == "active":
         return ("it has not died: it runs, and systemd recorded no exit of its main process in the journal that was "
                 "read", "nothing to recover here; for an older death, widen the window (sturdy_diagnose_since)")

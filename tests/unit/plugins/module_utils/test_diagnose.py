@@ -147,3 +147,9 @@ def test_a_live_instance_is_said_to_run_its_tasks_not_to_have_lost_them():
     # Stopped (not active), the same records are what it was running when it went down.
     d = diagnosis(UNIT, dict(props, ActiveState="failed", Result="timeout"), [], [], None, [], tasks)
     assert [t["id"] for t in d["running_tasks"]] == ["t1"] and d["current_tasks"] == []
+
+
+def test_a_unit_refused_by_its_start_limit_is_told_so_with_the_reset():
+    d = diagnosis(UNIT, {"ActiveState": "failed", "Result": "start-limit-hit", "NRestarts": "0"}, [], [], None, [], [])
+    assert d["cause"].startswith("systemd refused to start it again: it hit its start limit"), d["cause"]
+    assert "systemctl reset-failed <unit> && systemctl start <unit>" in d["next"]
