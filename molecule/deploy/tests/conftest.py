@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import testinfra.utils.ansible_runner
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
@@ -23,8 +24,18 @@ README = SCENARIO_DIR.parent.parent / "README.md"
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 DIST = EPHEMERAL / "dist"
 REPORT = EPHEMERAL / "deploy-report.json"
-WORKERS = ["worker-bookworm", "worker-trixie"]
-APPS = [*WORKERS, "web-trixie"]
+
+
+def _group(name: str) -> list[str]:
+    runner = testinfra.utils.ansible_runner.AnsibleRunner.get_runner(os.environ["MOLECULE_INVENTORY_FILE"])
+    return sorted(runner.get_hosts(name))
+
+
+# The hosts by role, from molecule's inventory: the deploy and faults scenarios run the same app, each on hosts of its
+# own (container names are global to podman). The worker hosts: bookworm (systemd 252), then trixie (257).
+(BROKER,), (WEB,) = _group("brokers"), _group("web")
+BOOKWORM, TRIXIE = WORKERS = sorted(_group("workers"), key=lambda name: not name.endswith("bookworm"))
+APPS = [*WORKERS, WEB]
 WORKER_UNITS = ["shop-worker@1.service", "shop-worker@2.service"]
 # The Redis password inside BROKER_URL: the tests look for it where it must never appear.
 SECRET = yaml.safe_load((SCENARIO_DIR / "inventory" / "group_vars" / "all.yml").read_text())["shop_redis_password"]
@@ -99,7 +110,7 @@ def readme_dir() -> Path:
     (where / "inventory.yml").write_text(yaml.safe_dump({"all": {
         "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": str(key())},
         "children": {"workers": {"hosts": {name: hosts[name] for name in WORKERS}},
-                     "web": {"hosts": {"web-trixie": hosts["web-trixie"]}}}}}, sort_keys=False))
+                     "web": {"hosts": {WEB: hosts[WEB]}}}}}, sort_keys=False))
     for name in ("group_vars", "host_vars"):
         (where / name).unlink(missing_ok=True)
         (where / name).symlink_to(SCENARIO_DIR / "inventory" / name)
@@ -154,7 +165,7 @@ def runs_of(prefix: str, count: int, tries: int = 60) -> dict:
     the web host every 3 s until all are done or `tries` reads have passed."""
     runs = {}
     for dummy in range(tries):
-        runs = json.loads(host("web-trixie").check_output(
+        runs = json.loads(host(WEB).check_output(
             f"/usr/local/sbin/shop-task --sleep --runs {prefix} {count}").splitlines()[-1])
         if runs["done"] == count:
             break
@@ -168,7 +179,7 @@ PROMTOOL = SCENARIO_DIR.parent.parent / ".build" / "promtool" / "usr" / "bin" / 
 def scrape(name: str) -> str:
     """node_exporter's /metrics of an app host, fetched over the test network from the broker host, as Prometheus
     would; only the sturdy_* families (with their HELP and TYPE lines)."""
-    text = host("broker").check_output(
+    text = host(BROKER).check_output(
         "python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
         f"\"http://{name}:9100/metrics\", timeout=10).read().decode())'")
     return "\n".join(line for line in text.splitlines()
@@ -200,6 +211,28 @@ def collect_and_scrape(name: str) -> list[tuple[str, dict[str, str], float]]:
 
 def prometheus(path: str) -> dict:
     """An answer of the Prometheus API on the broker host (it scrapes the app hosts' node_exporter every 5 s)."""
-    return json.loads(host("broker").check_output(
+    return json.loads(host(BROKER).check_output(
         "python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
         f"\"http://localhost:9090/api/v1/{path}\", timeout=10).read().decode())'"))
+
+
+def dead_letters() -> dict:
+    """The default queue's dead letters, read with the agent's client from the web host (a producer's view)."""
+    out = host(WEB).check_output(
+        "/usr/local/sbin/shop-task --agent dead list --celery-app shopdemo.celery default")
+    return json.loads(out.splitlines()[-1])[0]
+
+
+def status(*extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report_file = EPHEMERAL / "status.json"
+    report_file.unlink(missing_ok=True)
+    result = run_as_readme([*readme_command("status"), *extra])
+    return result, json.loads(report_file.read_text())
+
+
+def no_secret_in_the_ansible_log() -> None:
+    """Every deploy, status and diagnose of the scenario's tests logged to its ansible.log (ANSIBLE_LOG_PATH), the
+    failed migration and the crashing releases that printed the broker URL included: masked there, never in clear."""
+    log = (EPHEMERAL / "ansible.log").read_text(errors="replace")
+    assert "********" in log
+    assert SECRET not in log
