@@ -36,7 +36,7 @@ def test_first_deploy_every_instance_answered_build_1():
     assert h.check_output("systemctl show -P Type shop-worker@1.service") == "notify"
     assert h.check_output("systemctl show -P WatchdogUSec shop-worker@1.service") == "30s"
     web = host(WEB).check_output("python3 -c \"import urllib.request as u; "
-                                          "print(u.urlopen('http://127.0.0.1:8000/health').read().decode())\"")
+                                 "print(u.urlopen('http://127.0.0.1:8000/health').read().decode())\"")
     assert json.loads(web)["build_id"] == B1
 
 
