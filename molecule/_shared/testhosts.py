@@ -113,3 +113,22 @@ def while_tasks_flow(producer: str, prefix: str, action):
     assert flow["sent"] > 100 and flow["missing"] == [], (flow, err[-2000:])
     assert flow["answered"] == flow["sent"] and flow["effects"] == flow["sent"]
     return result, flow
+
+
+def unit_states(names: list[str], units: list[str]) -> dict[tuple[str, str], tuple[bool, str]]:
+    """(running, NRestarts) of each of `units` on each host of `names`."""
+    return {(name, unit): (host(name).service(unit).is_running, host(name).service(unit).systemd_properties["NRestarts"])
+            for name in names for unit in units}
+
+
+def flood(producer: str) -> dict:
+    """A backlog of 2,000 tasks with a poison task (it SIGKILLs the pool process that runs it) sent after the first
+    1,000, from `producer` (shop-task --flood); its JSON answer. Every task ran exactly once, at the queue's rate limit
+    of 20/s: at most the limit (+10 % for the measurement); the lower bound catches a wrong split (each instance given
+    half its share drains at 10/s), and is no speed test: a CI machine short of CPU drained at 17.7/s."""
+    run = host(producer).run("/usr/local/sbin/shop-task --flood flood 2000 1000")
+    assert run.stdout.strip(), run.stderr[-2000:]
+    answer = json.loads(run.stdout.splitlines()[-1])
+    assert (answer["done"], answer["missing"], answer["runs"]) == (2000, [], {"1": 2000}), answer
+    assert 14 <= answer["rate"] <= 22, answer
+    return answer

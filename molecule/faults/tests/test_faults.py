@@ -14,6 +14,7 @@ import os
 import subprocess
 import time
 
+from testhosts import flood, unit_states
 from conftest import (APPS, BOOKWORM, BROKER, EPHEMERAL, SECRET, TRIXIE, WEB, WORKER_UNITS, WORKERS,
                       collect_and_scrape, current, dead_letters, deploy, deploy_cmd, deploy_while, host,
                       no_secret_in_the_ansible_log, prometheus, readme_command, recaps, report, run_as_readme, runs_of,
@@ -348,26 +349,15 @@ def test_a_build_that_drops_a_task_with_queued_messages_is_refused_unless_told_a
 def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drains_once_each_at_the_rate_limit():
     # rate_limit 20/s for four instances on two hosts; max_deliveries 5 (the default). The poison task SIGKILLs the
     # pool process that runs it, every time; it is sent after the first 1,000.
-    before = {name: {u: host(name).service(u).systemd_properties["NRestarts"] for u in WORKER_UNITS}
-              for name in WORKERS}
-    run = host(WEB).run("/usr/local/sbin/shop-task --flood flood 2000 1000")
-    assert run.stdout.strip(), run.stderr[-2000:]
-    flood = json.loads(run.stdout.splitlines()[-1])
-    assert (flood["done"], flood["missing"], flood["runs"]) == (2000, [], {"1": 2000}), flood
-    # At most the limit (+10 % for the measurement). The lower bound catches a wrong split (each instance given half
-    # its share drains at 10/s); it is no speed test: a CI machine short of CPU drained at 17.7/s.
-    assert 14 <= flood["rate"] <= 22, flood
-    assert (flood["poison_state"], flood["poison_runs"]) == ("FAILURE", 5), flood
+    before = unit_states(WORKERS, WORKER_UNITS)
+    sent = flood(WEB)
+    assert (sent["poison_state"], sent["poison_runs"]) == ("FAILURE", 5), sent
     got = dead_letters()
-    poison = [e for e in got["sample"] if e["id"] == flood["poison_id"]]
+    poison = [e for e in got["sample"] if e["id"] == sent["poison_id"]]
     assert poison and poison[0]["deliveries"] == 6, got
     assert poison[0]["reason"].startswith("delivered 6 times without an acknowledgement (max_deliveries=5)")
     # The units never restarted: only the pool's children died.
-    for name in WORKERS:
-        for unit in WORKER_UNITS:
-            h = host(name)
-            assert h.service(unit).is_running
-            assert h.service(unit).systemd_properties["NRestarts"] == before[name][unit]
+    assert unit_states(WORKERS, WORKER_UNITS) == {key: (True, n) for key, (dummy, n) in before.items()}
 
 
 def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_and_runs_each_task_once():

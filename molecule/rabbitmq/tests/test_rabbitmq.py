@@ -7,6 +7,7 @@ import json
 
 import yaml
 
+from testhosts import flood, unit_states
 from conftest import (EPHEMERAL, SCENARIO_DIR, SECRETS, WORKER_UNITS, WORKERS, current, dead_letters, deploy, host, playbook,
                       rabbitmqctl, report, said, shop_task, wait_for, while_tasks_flow)
 
@@ -97,25 +98,14 @@ def test_deploy_5_while_tasks_flow_loses_none_and_leaves_the_policy_as_it_is():
 
 def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drains_once_each_at_the_rate_limit():
     # rate_limit 20/s over four instances; max_deliveries 3. The poison task SIGKILLs the pool process that runs it.
-    before = {name: {u: host(name).service(u).systemd_properties["NRestarts"] for u in WORKER_UNITS}
-              for name in WORKERS}
-    run = host("mq-trixie").run("/usr/local/sbin/shop-task --flood flood 2000 1000")
-    assert run.stdout.strip(), run.stderr[-2000:]
-    flood = json.loads(run.stdout.splitlines()[-1])
-    assert (flood["done"], flood["missing"], flood["runs"]) == (2000, [], {"1": 2000}), flood
-    # At most the limit (+10 % for the measurement). The lower bound catches a wrong split (each instance given half
-    # its share drains at 10/s); it is no speed test: a CI machine short of CPU drained at 17.7/s.
-    assert 14 <= flood["rate"] <= 22, flood
+    before = unit_states(WORKERS, WORKER_UNITS)
+    sent = flood("mq-trixie")
     # RabbitMQ counted the deliveries (x-delivery-count); the agent moved the fourth, with its reason.
-    assert (flood["poison_state"], flood["poison_runs"]) == ("FAILURE", 3), flood
-    poison = [e for e in dead_letters()["sample"] if e["id"] == flood["poison_id"]]
+    assert (sent["poison_state"], sent["poison_runs"]) == ("FAILURE", 3), sent
+    poison = [e for e in dead_letters()["sample"] if e["id"] == sent["poison_id"]]
     assert poison and poison[0]["deliveries"] == 4, poison
     assert poison[0]["reason"].startswith("delivered 4 times without an acknowledgement (max_deliveries=3)")
-    for name in WORKERS:
-        for unit in WORKER_UNITS:
-            h = host(name)
-            assert h.service(unit).is_running
-            assert h.service(unit).systemd_properties["NRestarts"] == before[name][unit]
+    assert unit_states(WORKERS, WORKER_UNITS) == {key: (True, n) for key, (dummy, n) in before.items()}
 
 
 RETURN_UNTIL_DEAD = """
