@@ -8,6 +8,8 @@ import json
 import subprocess
 import time
 
+import pytest
+
 from conftest import (B1, B2, EPHEMERAL, HOSTS, SCENARIO_DIR, SECRET, UNITS, URL, host, in_release, playbook, redis,
                       report, running_job, said, succeeded, wait_for)
 
@@ -86,26 +88,33 @@ queues = [Queue("sturdy-window", connection=conn), Queue("sturdy-window-2", conn
 for q in queues:
     q.empty()
 job = queues[0].enqueue("os.getpid")
-taken = rq.queue.Queue._fetch_dequeued_job.__func__
-def fetch(cls, *args, **kwargs):
-    os.kill(os.getpid(), signal.SIGTERM)
-    return taken(cls, *args, **kwargs)
-rq.queue.Queue._fetch_dequeued_job = classmethod(fetch)
+def stop_after(original):
+    def call(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if result:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return result
+    return call
+if sys.argv[1] == "pop":  # as BLPOP's reply is read: Redis has handed the job over, the pop has not returned
+    Redis.blpop = stop_after(Redis.blpop)
+else:  # after the pop, inside RQ's fetch of the job it popped
+    rq.queue.Queue._fetch_dequeued_job = classmethod(stop_after(rq.queue.Queue._fetch_dequeued_job.__func__))
 Worker(queues, connection=conn).work(with_scheduler=False)
 print(json.dumps({"status": str(job.get_status(refresh=True)).split(".")[-1].lower(), "waiting": queues[0].count}))
 """
 
 
-def test_a_stop_that_comes_between_taking_a_job_and_running_it_runs_the_job_first():
-    # RQ's own loop raises StopRequested from its SIGTERM handler unless the worker is busy, so a stop right after
-    # BLPOP took a job, before the job started, loses it (RQ issues #2236, #2079): the job is off the queue and in no
-    # registry. The deploy stops every instance, under a stream of jobs: the agent closes that window. Here the
-    # SIGTERM is sent exactly there, from inside RQ's fetch of the job it popped, on the release's RQ and Redis.
+@pytest.mark.parametrize("where", ["pop", "fetch"])
+def test_a_stop_that_comes_between_taking_a_job_and_running_it_runs_the_job_first(where):
+    # RQ's own loop raises StopRequested from its SIGTERM handler unless the worker is busy, so a stop that comes as
+    # BLPOP hands a job over, or after it, before the job started, loses the job: off the queue and in no registry (RQ
+    # issues #2236, #2079). The deploy stops every instance, under a stream of jobs: the agent closes that window. Here
+    # the SIGTERM is sent exactly there, on the release's RQ and Redis.
     h = host("rq-bookworm")
     h.check_output(f"cat > /tmp/window.py <<'EOF'\n{WINDOW}EOF")
-    bare = json.loads(in_release("rq-bookworm", "venv/bin/python /tmp/window.py 2>/dev/null").splitlines()[-1])
+    bare = json.loads(in_release("rq-bookworm", f"venv/bin/python /tmp/window.py {where} 2>/dev/null").splitlines()[-1])
     assert bare == {"status": "queued", "waiting": 0}, bare  # without the agent: lost
-    hooked = json.loads(in_release("rq-bookworm", "STURDY_AGENT=rq venv/bin/python /tmp/window.py 2>/dev/null")
+    hooked = json.loads(in_release("rq-bookworm", f"STURDY_AGENT=rq venv/bin/python /tmp/window.py {where} 2>/dev/null")
                         .splitlines()[-1])
     assert hooked == {"status": "finished", "waiting": 0}, hooked
 

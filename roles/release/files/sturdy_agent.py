@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import inspect
 import json
 import os
 import socket
@@ -61,6 +62,8 @@ SMOKE_TASK = "sturdy.smoke"
 RQ_SMOKE_JOB = "sturdy_agent.rq_smoke"
 # Where `rq worker` (and the smoke client) read the Redis URL.
 RQ_URL = "RQ_REDIS_URL"
+# The longest blocking pop of an RQ worker: how long a stop waits for an idle worker to notice it.
+RQ_POP_SECONDS = 1
 SMOKE_PREFIX = "sturdy.smoke."
 SENT_HEADER = "sturdy_sent"
 RELEASE_FILE = "RELEASE.json"
@@ -903,12 +906,13 @@ def install_rq_hooks() -> None:
         return request_stop(self, signum, frame)
 
     def sturdy_shutdown(self):
-        # RQ raises StopRequested from the signal handler unless its state is busy: right for a worker blocked in
-        # BLPOP (nothing taken), but a SIGTERM between the pop and the job's start loses the job it took (RQ issues
-        # #2236, #2079; the smoke queue first among the queues means BLPOP, not the BLMOVE RQ uses for one queue).
-        # There, and between jobs, it only asks the loop to stop: the job taken runs, then the worker exits.
+        # RQ raises StopRequested from the signal handler unless its state is busy. Raised inside the pop, that loses
+        # the job Redis hands over at that moment: the reply being read, or a BLPOP the server serves before it sees
+        # the connection close. Raised after the pop, before the job starts, it loses the job taken (RQ issues #2236,
+        # #2079). So, unless busy (RQ's own path, which does not raise), the agent only asks the loop to stop: a pop
+        # under way ends within RQ_POP_SECONDS, the job it took runs, and no new pop starts.
         state = self.get_state()
-        if _STATE.get("rq_popping") or str(getattr(state, "value", state)) == "busy":
+        if str(getattr(state, "value", state)) == "busy":
             return shutdown(self)
         self._stop_requested = True  # pylint: disable=protected-access
         if hasattr(self, "set_shutdown_requested_date"):
@@ -918,15 +922,18 @@ def install_rq_hooks() -> None:
         return None
 
     def popping(original):
+        signature = inspect.signature(original)
+
         def pop(cls, *args, **kwargs):
-            _STATE["rq_popping"] = True
-            try:
-                worker = _STATE.get("rq_worker")
-                if worker is not None and getattr(worker, "_stop_requested", False):
-                    raise StopRequested()  # a stop asked for before the pop: take nothing more
-                return original(cls, *args, **kwargs)
-            finally:
-                _STATE["rq_popping"] = False
+            worker = _STATE.get("rq_worker")
+            if worker is not None and getattr(worker, "_stop_requested", False):
+                raise StopRequested()  # a stop asked for before the pop: take nothing more
+            call = signature.bind(cls, *args, **kwargs)
+            timeout = call.arguments.get("timeout")
+            if timeout is not None and timeout > RQ_POP_SECONDS:
+                # RQ blocks up to worker_ttl - 15 s (405 s): short pops let a stop end the wait within seconds.
+                call.arguments["timeout"] = RQ_POP_SECONDS
+            return original(*call.args, **call.kwargs)
         return classmethod(pop)
 
     def sturdy_perform_job(self, job, *args, **kwargs):
