@@ -3,7 +3,7 @@ and diagnose say when instances die, stop, lag or crash at start; a stop timeout
 drops; a poison task in a backlog; deploys under a backlog of long tasks, with the broker stopped, and through 5,000
 tasks.
 
-The tests run in order (one xdist group), on build 2 (converge deployed build 1, then 2) unless a test says otherwise.
+The tests run in order (one xdist group), on build 2 (converge deployed build 5, then 2) unless a test says otherwise.
 """
 
 from __future__ import annotations
