@@ -27,6 +27,9 @@ description:
     C(smoke_processes) lists the smoke-testable ones."
   - "C(executables): every path inside the release that a process type or the migration runs, mapped to the
     variable that declares it; C(migrate): the migration command resolved against C(release)."
+  - "C(agent_digest): the SHA-256 of this collection's worker agent (C(roles/release/files/sturdy_agent.py)), which
+    the release role writes into every release's venv. The units of Celery and RQ process types carry it, so a
+    collection whose agent differs rewrites them and their instances restart onto the new agent."
 options:
   _input:
     description: The application name (C(sturdy_app)).
@@ -94,6 +97,9 @@ _value:
   type: dict
 """
 
+import hashlib
+import os
+
 from ansible.errors import AnsibleFilterError
 
 # module_utils are imported inside the filter: see tests/unit/plugins/filter/test_filter_imports.py for why.
@@ -104,12 +110,25 @@ def app_plan(app, build_id="", root="", processes=None, secrets=None, delivery="
     from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import AppPlanError, plan
 
     try:
-        return plan(app, build_id=build_id or "", root=root or "", processes=processes or [],
-                    secrets=list((secrets or {}).keys()) if isinstance(secrets, dict) else secrets,
-                    delivery=delivery, user=user or "", group=group or "", migrate_command=migrate_command or [],
-                    artifact=artifact or "", base_dir=base_dir or "")
+        result = plan(app, build_id=build_id or "", root=root or "", processes=processes or [],
+                      secrets=list((secrets or {}).keys()) if isinstance(secrets, dict) else secrets,
+                      delivery=delivery, user=user or "", group=group or "", migrate_command=migrate_command or [],
+                      artifact=artifact or "", base_dir=base_dir or "")
     except (AppPlanError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"app_plan: {exc}") from None
+    return dict(result, agent_digest=agent_digest())
+
+
+_AGENT: list = []
+
+
+def agent_digest() -> str:
+    """The SHA-256 of the collection's worker agent (plugins/filter/ is two levels below the collection's root)."""
+    if not _AGENT:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with open(os.path.join(root, "roles", "release", "files", "sturdy_agent.py"), "rb") as fh:
+            _AGENT.append(hashlib.sha256(fh.read()).hexdigest())
+    return _AGENT[0]
 
 
 class FilterModule:

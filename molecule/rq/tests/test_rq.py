@@ -4,9 +4,13 @@ restart while jobs flow lets running jobs finish (RQ's warm shutdown) and loses 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -236,6 +240,39 @@ def test_the_live_build_again_only_proves_the_instances_and_a_secret_file_change
     succeeded(playbook(*deploy, "-e", "sturdy_deploy_force=true"))
     assert [(h["unchanged"], h["differs"]) for h in report()["hosts"].values()] == [
         (False, "sturdy_deploy_force=true")] * len(HOSTS), report()["hosts"]
+
+
+def test_a_collection_whose_agent_differs_restarts_every_instance_onto_it_with_the_same_build(tmp_path):
+    # An upgrade of the collection that changes the agent, deployed with the build that runs: the release already
+    # exists, but the agent in its venv is rewritten, so the running instances must restart to load it.
+    installed = Path(os.environ["ANSIBLE_COLLECTIONS_PATH"].split(":")[0]) / "ansible_collections/sturdy/workers"
+    upgraded = tmp_path / "ansible_collections/sturdy/workers"
+    upgraded.mkdir(parents=True)
+    for part in ("galaxy.yml", "meta", "playbooks", "plugins", "roles"):
+        copy = shutil.copytree if (installed / part).is_dir() else shutil.copy
+        copy(installed / part, upgraded / part)
+    agent = upgraded / "roles/release/files/sturdy_agent.py"
+    agent.write_text(agent.read_text() + "UPGRADED = True  # the test's new agent\n")
+    digest = hashlib.sha256(agent.read_bytes()).hexdigest()
+    shown = {name: host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") for name in HOSTS}
+    result = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "sturdy.workers.deploy",
+                             "-e", f"sturdy_build_id={B2}", "-e", "sturdy_deploy_hosts=apps"],
+                            capture_output=True, text=True, timeout=900, check=False,
+                            env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tmp_path)))
+    succeeded(result)
+    rep = report()
+    for name in HOSTS:
+        h = host(name)
+        assert (rep["hosts"][name]["unchanged"], rep["hosts"][name]["switched"]) == (False, False), rep["hosts"][name]
+        for unit in UNITS:
+            inst = rep["hosts"][name]["instances"][unit]
+            assert inst["restarted"] and inst["smoke_build"] == B2, inst
+        assert f"agent {digest[:16]} (sha256)" in h.check_output("cat /etc/systemd/system/parcel-worker@.service")
+        # Each instance started after the new agent was in the release it runs, so it is the agent it loaded.
+        assert "UPGRADED = True" in h.check_output("cat /srv/parcel/current/venv/lib/python3*/site-packages/"
+                                                   "sturdy_agent.py")
+        now = h.check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}").split()
+        assert not set(now) & set(shown[name].split()), (now, shown[name])
 
 
 def test_the_canary_fails_so_it_is_rolled_back_and_the_other_host_is_never_switched_or_restarted():

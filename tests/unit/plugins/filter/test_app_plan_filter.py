@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import hashlib
+import pathlib
+
 import pytest
 from ansible.errors import AnsibleFilterError
 
+import ansible_collections.sturdy.workers as collection
 from ansible_collections.sturdy.workers.plugins.filter.app_plan import FilterModule
 
 app_plan = FilterModule().filters()["app_plan"]
@@ -22,3 +26,9 @@ def test_filter_treats_none_as_not_given():
 def test_filter_errors_are_filter_errors_naming_the_variable():
     with pytest.raises(AnsibleFilterError, match='app_plan: sturdy_app="Shop"'):
         app_plan("Shop")
+
+
+def test_the_plan_names_the_agent_the_release_role_installs_by_its_sha256():
+    # The worker units carry it: an agent that differs rewrites them, and a deploy restarts the instances onto it.
+    agent = pathlib.Path(collection.__path__[0]) / "roles" / "release" / "files" / "sturdy_agent.py"
+    assert app_plan("shop")["agent_digest"] == hashlib.sha256(agent.read_bytes()).hexdigest()
