@@ -33,8 +33,9 @@ With STURDY_AGENT=rq, inside an RQ worker (RQ 2, `rq worker` or your own script 
 smoke queue first among its queues and a job `sturdy_agent.rq_smoke` answering like `sturdy.smoke`; its build,
 release, unit and main PID in its registration hash in Redis (what the smoke client answers for an instance whose
 work horse is busy with a long job); READY=1 once it listens (its warm-shutdown handler installed), STOPPING=1 on
-SIGTERM (RQ's warm shutdown: the running job finishes first); the same task records and counts. RQ_REDIS_URL
-delivered as a systemd credential is read into the environment, where `rq worker` reads it.
+SIGTERM (RQ's warm shutdown: the running job finishes first, and so does a job taken as the stop comes; an idle
+instance pops for at most RQ_POP_SECONDS, so it notices the stop that soon); the same task records and counts.
+RQ_REDIS_URL delivered as a systemd credential is read into the environment, where `rq worker` reads it.
 
 `python -m sturdy_agent smoke ...` (Celery) and `rq-smoke ...` (RQ) are the producer side of the smoke test, `python -m sturdy_agent stats ...` reads
 the queues (depth, oldest message, consumers), `python -m sturdy_agent health ...` asks every worker,
