@@ -803,6 +803,7 @@ def install_celery_hooks() -> None:
         # Before the worker builds its consumer: the smoke queue gets a consumer step of its own.
         if own_smoke_queue():
             instance.app.steps["consumer"].add(smoke_consumer_step())
+        keep_started_jobs_at_shutdown()
 
     def stopping(sig=None, how=None, **_):
         notify(f"STOPPING=1\nSTATUS={how} shutdown ({sig})")
@@ -834,6 +835,48 @@ def install_celery_hooks() -> None:
     signals.celeryd_after_setup.connect(after_setup, weak=False)
     signals.worker_ready.connect(ready, weak=False)
     signals.worker_shutting_down.connect(stopping, weak=False)
+
+
+def keep_started_jobs_at_shutdown() -> None:
+    """At a warm shutdown, keep in the prefork pool the jobs already handed to a child process whose start the main
+    process has not read yet.
+
+    The consumer's close flushes the pool. Since Celery 5.6.3 (celery#10151) that flush drops every job whose start
+    notice is not read yet, although a child may already run it: the child finishes it, the main process ignores the
+    result, the message is never acknowledged, and the channel's close puts it back (kombu's "Restoring 1
+    unacknowledged message(s)"), so the task runs twice. A busy machine widens that window. While the pool closes,
+    such a job stays: its start and result are read as the pool drains, and it is acknowledged before the channel
+    closes, as Celery up to 5.6.2 did. Jobs no child was given are still dropped and their messages put back."""
+    try:
+        from celery.concurrency import asynpool  # pylint: disable=import-outside-toplevel
+    except ImportError:  # not the prefork pool's module: nothing to keep
+        return
+    pool_class, flush = asynpool.AsynPool, asynpool.AsynPool.flush
+    if getattr(flush, "sturdy", False):
+        return
+
+    def writer_of(job):
+        ref = getattr(job, "_writer", None)  # a weak reference to the generator that writes it, while it does
+        return ref() if ref is not None else None
+
+    def sturdy_flush(self):
+        if self._state == asynpool.RUN or self.synack:  # pylint: disable=protected-access
+            return flush(self)
+        # Written to a child in full: a job still being written is dropped as before (its child never starts it).
+        writing = set(getattr(self, "_active_writers", ()))
+        given = [job for job in tuple(self._cache.values())  # pylint: disable=protected-access
+                 if not job._accepted and getattr(job, "_write_to", None) is not None  # pylint: disable=protected-access
+                 and writer_of(job) not in writing]
+        for job in given:
+            job._accepted = True  # pylint: disable=protected-access
+        try:
+            return flush(self)
+        finally:
+            for job in given:
+                job._accepted = False  # pylint: disable=protected-access
+
+    sturdy_flush.sturdy = True
+    pool_class.flush = sturdy_flush
 
 
 def unit_name() -> str:
