@@ -236,9 +236,12 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
         # The whole worker at once (main process and pool), mid-task, as a kill -9 of its process group does.
         trixie.check_output(f"python3 -c 'import os, signal; os.killpg({pid}, signal.SIGKILL)'")
         # Back and ready: a new main process, and active (READY=1 sent), not still activating on a busy machine.
-        wait_for("systemd bringing the worker back after kill -9", lambda: trixie.check_output(
-            f"systemctl show -P MainPID {unit}") not in ("0", pid) and trixie.check_output(
-            f"systemctl show -P ActiveState {unit}") == "active", 90)
+        def back():
+            state = dict(line.split("=", 1) for line in trixie.check_output(
+                f"systemctl show -p MainPID -p ActiveState {unit}").splitlines())
+            return state["MainPID"] not in ("0", pid) and state["ActiveState"] == "active"
+
+        wait_for("systemd bringing the worker back after kill -9", back, 90)
         result = run_as_readme(readme_command("diagnose"))
         text = said(result)
         assert result.returncode == 0, text[-3000:]

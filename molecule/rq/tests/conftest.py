@@ -28,10 +28,12 @@ def pytest_itemcollected(item):
     item.add_marker(pytest.mark.xdist_group("rq"))
 
 
-def playbook(*argv: str) -> subprocess.CompletedProcess:
-    """ansible-playbook on the scenario's inventory, as molecule runs its steps."""
+def playbook(*argv: str, collections: str = "") -> subprocess.CompletedProcess:
+    """ansible-playbook on the scenario's inventory, as molecule runs its steps (`collections`: the collection from
+    another ANSIBLE_COLLECTIONS_PATH)."""
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections) if collections else None
     return subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], *argv],
-                          capture_output=True, text=True, timeout=900, check=False)
+                          capture_output=True, text=True, timeout=900, check=False, env=env)
 
 
 def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

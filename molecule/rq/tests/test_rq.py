@@ -255,11 +255,8 @@ def test_a_collection_whose_agent_differs_restarts_every_instance_onto_it_with_t
     agent.write_text(agent.read_text() + "UPGRADED = True  # the test's new agent\n")
     digest = hashlib.sha256(agent.read_bytes()).hexdigest()
     shown = {name: host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") for name in HOSTS}
-    result = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "sturdy.workers.deploy",
-                             "-e", f"sturdy_build_id={B2}", "-e", "sturdy_deploy_hosts=apps"],
-                            capture_output=True, text=True, timeout=900, check=False,
-                            env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tmp_path)))
-    succeeded(result)
+    succeeded(playbook("sturdy.workers.deploy", "-e", f"sturdy_build_id={B2}", "-e", "sturdy_deploy_hosts=apps",
+                       collections=str(tmp_path)))
     rep = report()
     for name in HOSTS:
         h = host(name)
