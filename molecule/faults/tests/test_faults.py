@@ -235,6 +235,7 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
         pid = trixie.check_output(f"systemctl show -P MainPID {unit}")
         # The whole worker at once (main process and pool), mid-task, as a kill -9 of its process group does.
         trixie.check_output(f"python3 -c 'import os, signal; os.killpg({pid}, signal.SIGKILL)'")
+
         # Back and ready: a new main process, and active (READY=1 sent), not still activating on a busy machine.
         def back():
             state = dict(line.split("=", 1) for line in trixie.check_output(
