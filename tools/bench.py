@@ -310,6 +310,8 @@ def chart(results: dict, path: Path) -> str:
     except ImportError:
         return "no chart: matplotlib is not installed (make bench installs requirements-bench.txt)"
     runs = [k for k, v in results.items() if v.get("phases") and k != "setup"]
+    if not runs:
+        return "no chart: no timed deploy in this run"
     names = [p for p in PHASES if any(p in results[k]["phases"] for k in runs)]
     fig, ax = pyplot.subplots(figsize=(10, 0.5 * len(runs) + 1.5))
     left = [0.0] * len(runs)
