@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -86,6 +87,12 @@ def busy_seconds() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
 
 
+def controller_seconds() -> float:
+    """CPU seconds (user and system) of this process's finished children: ansible-playbook and what it started."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=True, text=True, **kw)
 
@@ -126,19 +133,20 @@ class Bench:
             out=OUT, broker=BROKER, first=HOSTS[0], apps="\n".join(f"        {h}:" for h in HOSTS)))
         self.env = dict(os.environ, ANSIBLE_CONFIG=str(OUT / "ansible.cfg"), MOLECULE_EPHEMERAL_DIRECTORY=str(OUT))
         self.results: dict[str, dict] = {}
-        self.cpu = 0.0
+        self.cpu = self.controller = 0.0
         # Build IDs of this run only: a second run on the same hosts deploys releases they have not seen either.
         self.stamp, self.builds = time.strftime("%Y%m%d.%H%M%S"), 0
 
     def play(self, *args: str, env: dict | None = None, log: str = "play") -> float:
-        """Run ansible-playbook; its wall seconds (and the machine's busy CPU seconds meanwhile in self.cpu)."""
-        began, cpu = time.monotonic(), busy_seconds()
+        """Run ansible-playbook; its wall seconds (the machine's busy CPU seconds meanwhile in self.cpu, and the share
+        of the controller's processes, ansible-playbook and the podman or ssh clients it starts, in self.controller)."""
+        began, cpu, mine = time.monotonic(), busy_seconds(), controller_seconds()
         with open(OUT / f"{log}.log", "w", encoding="utf-8") as fh:
             done = subprocess.run(["ansible-playbook", *args], env=env or self.env, stdout=fh, stderr=subprocess.STDOUT,
                                   check=False)
         if done.returncode != 0:
             raise SystemExit(f"bench: ansible-playbook {' '.join(args)} failed: see {OUT}/{log}.log")
-        self.cpu = busy_seconds() - cpu
+        self.cpu, self.controller = busy_seconds() - cpu, controller_seconds() - mine
         return time.monotonic() - began
 
     def build(self) -> str:
@@ -160,7 +168,8 @@ class Bench:
         rep = json.loads(report.read_text())
         if rep["result"] != "success":
             raise SystemExit(f"bench: deploy {label} did not succeed: {rep['message']}")
-        self.results[label] = {"seconds": round(seconds, 1), "cpu": round(self.cpu, 1), "phases": rep["phases"],
+        self.results[label] = {"seconds": round(seconds, 1), "cpu": round(self.cpu, 1),
+                               "controller cpu": round(self.controller, 1), "phases": rep["phases"],
                                "hosts": len(hosts),
                                # Hosts where nothing differed from their last deploy (a no-op's must be all).
                                "unchanged": sum(bool(h.get("unchanged")) for h in rep["hosts"].values())}
@@ -262,7 +271,7 @@ def summary(results: dict) -> list[str]:
     """One line per part measured: seconds, the ratio the issue's targets name, the phases."""
     r = {k: v["seconds"] for k, v in results.items()}
     lines = [f"machine: {os.cpu_count()} cores; podman transport, pipelining on, forks {FORKS}, serial default",
-             f"{'run':<18}{'seconds':>9}{'cpu s':>7}  {'ratio':<34} phases"]
+             f"{'run':<18}{'seconds':>9}{'cpu s':>7}{'ctl s':>7}  {'ratio':<34} phases"]
 
     def line(name: str, against: str = "", what: str = "") -> None:
         if name not in r:
@@ -274,8 +283,8 @@ def summary(results: dict) -> list[str]:
         else:
             ratio = f"(no {against} in this run)"
         phases = dict(sorted(results[name].get("phases", {}).items(), key=lambda kv: PHASES.index(kv[0])))
-        cpu = results[name].get("cpu", "")
-        lines.append(f"{name:<18}{r[name]:>9.1f}{cpu:>7}  {ratio:<34} {' '.join(f'{k} {v}' for k, v in phases.items())}")
+        cpu, ctl = results[name].get("cpu", ""), results[name].get("controller cpu", "")
+        lines.append(f"{name:<18}{r[name]:>9.1f}{cpu:>7}{ctl:>7}  {ratio:<34} {' '.join(f'{k} {v}' for k, v in phases.items())}")
 
     line("floor", what="1.00")
     line("hosts-1", "floor")

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tarfile
 from typing import Callable
 
@@ -50,6 +51,25 @@ class Layout:
             raise ReleaseError(f"{link} points at {target}, which is not a release under {self.releases}/; "
                                "re-point it by hand (ln -sfn releases/<build_id> ...) or remove it")
         return name
+
+
+def own_directory(path: str, mode: int, check: bool) -> bool:
+    """Make `path` a root-owned directory with `mode` (created, or its owner and mode corrected); whether it
+    changed. In check mode only tells."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise ReleaseError(f"{path} exists and is not a directory: move it away, the app's releases live there")
+    if st is not None and st.st_uid == 0 and st.st_gid == 0 and stat.S_IMODE(st.st_mode) == mode:
+        return False
+    if not check:
+        if st is None:
+            os.mkdir(path, mode)
+        os.chown(path, 0, 0)
+        os.chmod(path, mode)
+    return True
 
 
 def sha256_file(path: str) -> str:

@@ -69,6 +69,13 @@ options:
         One that is missing or not executable for other users fails the task, naming it, before anything switches.
     type: dict
     default: {}
+  remove_artifact:
+    description:
+      - With O(state=present), remove O(artifact) once the release is installed (or was already): the release
+        directory holds everything in it. It stays after a failed install.
+    type: bool
+    default: false
+    version_added: 0.4.0
   packages:
     description:
       - Debian packages the install needs (Python's venv). They are only looked up (C(dpkg-query)), in check mode too;
@@ -182,6 +189,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     install,
     installed,
     missing_executables,
+    own_directory,
     partial,
     prune_plan,
     release_state,
@@ -214,14 +222,18 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
             if not check:
                 shutil.rmtree(layout.release(name))
         slot = check_slot(layout, build_id, p["checksum"].lower())
+        for directory in (layout.root, layout.releases):
+            # Root-owned: the app's accounts cannot change its code.
+            result["changed"] = own_directory(directory, 0o755, check) or result["changed"]
         if slot != "installed":
             result["changed"] = True
             if not check:
                 if not p["artifact"] or not os.path.isfile(p["artifact"]):
                     raise ReleaseError(f"artifact {p['artifact']} not found on the host; copy it there first")
-                os.makedirs(layout.releases, 0o755, exist_ok=True)
                 install(layout, build_id, p["artifact"], p["checksum"].lower(), p["commit"], p["python"],
                         lambda argv, env: module.run_command(argv, environ_update=env))
+        if p["remove_artifact"] and p["artifact"] and os.path.lexists(p["artifact"]) and not check:
+            os.unlink(p["artifact"])
         if p["executables"] and release_state(layout, build_id) == "installed":
             problems = missing_executables(layout.release(build_id), p["executables"])
             if problems:
@@ -317,6 +329,7 @@ def main():
             "agent": {"type": "str"},
             "executables": {"type": "dict", "default": {}},
             "packages": {"type": "list", "elements": "str", "default": []},
+            "remove_artifact": {"type": "bool", "default": False},
         },
         required_if=[("state", "present", ["build_id", "checksum"]), ("state", "current", ["build_id"])],
         supports_check_mode=True,

@@ -8,6 +8,7 @@ from ansible_collections.sturdy.workers.plugins.modules import release
 def installed_release(root, build="b1", files=("bin/app",)):
     path = root / "releases" / build
     (path / "bin").mkdir(parents=True)
+    os.chmod(root, 0o755)  # as the module leaves it (pytest makes it 0700)
     (path / "RELEASE.json").write_text('{"build_id": "%s", "checksum": "%s", "installed_at": "1"}' % (build, "0" * 64))
     for name in files:
         (path / name).write_text("#!/bin/sh\n")
@@ -62,3 +63,25 @@ def test_the_slot_check_names_the_packages_dpkg_does_not_list_as_installed(run_m
                       "python3-venv", "python3-dev", "libpq5"]]
     result, calls = run_module(release, {**args, "packages": []})
     assert "missing_packages" not in result and calls == []
+
+
+def test_install_makes_the_app_directories_root_owned_0755_and_removes_the_uploaded_artifact(run_module, tmp_path):
+    installed_release(tmp_path, "b1")
+    os.chmod(tmp_path, 0o700)
+    os.chmod(tmp_path / "releases", 0o775)
+    artifact = tmp_path / ".incoming" / "shop-b1.tar.gz"
+    artifact.parent.mkdir(mode=0o700)
+    artifact.write_bytes(b"uploaded")
+    args = {"root": str(tmp_path), "build_id": "b1", "checksum": "0" * 64, "artifact": str(artifact),
+            "remove_artifact": True}
+    # Check mode tells and changes nothing.
+    result, dummy = run_module(release, args | {"_ansible_check_mode": True})
+    assert result["changed"] and artifact.exists()
+    assert oct(os.stat(tmp_path).st_mode & 0o777) == "0o700"
+    result, dummy = run_module(release, args)
+    assert result["changed"] and not artifact.exists()
+    assert [oct(os.stat(d).st_mode & 0o777) for d in (tmp_path, tmp_path / "releases")] == ["0o755", "0o755"]
+    assert (os.stat(tmp_path).st_uid, os.stat(tmp_path).st_gid) == (0, 0)
+    # Now nothing differs.
+    result, dummy = run_module(release, args)
+    assert not result["changed"]

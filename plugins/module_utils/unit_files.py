@@ -1,0 +1,69 @@
+# Copyright: (c) 2026, sturdy.workers contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Write systemd unit files in one pass: each checked by systemd-analyze before it replaces the one on disk."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from typing import Callable
+
+# A unit file name: what systemd loads from a unit directory (a template ends in @.service).
+UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.(service|target|timer|socket|path|slice)$")
+
+Runner = Callable[[list[str]], tuple[int, str, str]]
+
+
+class UnitFileError(RuntimeError):
+    pass
+
+
+def read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def differing(directory: str, units: dict[str, str]) -> dict[str, str | None]:
+    """The units whose file in `directory` is missing or has other content: name -> the content on disk (None)."""
+    for name in units:
+        if not UNIT_NAME.match(name):
+            raise UnitFileError(f"{name!r} is not a unit file name (for example shop-worker@.service)")
+    on_disk = {name: read(os.path.join(directory, name)) for name in units}
+    return {name: before for name, before in on_disk.items() if before != units[name]}
+
+
+def verify(name: str, content: str, run: Runner, scratch: str) -> None:
+    """systemd-analyze verify on the content under its unit name, before it is written (the alias form: the file
+    need not be called like the unit)."""
+    path = os.path.join(scratch, "unit")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(content)
+    rc, out, err = run(["systemd-analyze", "verify", "--recursive-errors=no", f"{path}:{name}"])
+    if rc != 0:
+        said = "\n".join((out + err).replace(path, name).strip().splitlines()[-15:])
+        raise UnitFileError(f"systemd-analyze verify refused {name}; nothing was written:\n{said}")
+
+
+def write(directory: str, units: dict[str, str], run: Runner, check: bool, validate: bool = True) -> list[str]:
+    """Write every unit of `units` (name -> content) whose file differs, root-owned 0644 and by rename, after all
+    of them passed systemd-analyze verify. Returns the names written (in check mode, that would be)."""
+    changed = differing(directory, units)
+    if check or not changed:
+        return sorted(changed)
+    if validate:
+        with tempfile.TemporaryDirectory(prefix="sturdy-units-") as scratch:
+            for name in sorted(changed):
+                verify(name, units[name], run, scratch)
+    for name in sorted(changed):
+        path = os.path.join(directory, name)
+        tmp = f"{path}.sturdy-tmp"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w", encoding="utf-8") as fh:
+            fh.write(units[name])
+        os.chown(tmp, 0, 0)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    return sorted(changed)
