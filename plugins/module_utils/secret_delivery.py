@@ -5,7 +5,9 @@ which writes them, and the worker role, which points the units at them."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 
 DELIVERIES = ("env_file", "credentials", "encrypted_credentials")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -69,3 +71,70 @@ def env_file(secrets: dict) -> str:
         lines.append(f'{name}="{quoted}"\n')
     header = "# Written by sturdy.workers, read by systemd (EnvironmentFile=). The next deploy replaces it.\n"
     return header + "".join(lines)
+
+
+def wanted_files(where: dict, values: dict, gid: int | None) -> tuple[list[tuple[str, int]], list[tuple]]:
+    """What the deliveries env_file and credentials put on a host for `values`, as laid out by layout(): the
+    directories (path, mode; root's) and the files (path, content, group ID, mode; root's). `gid` is the group that
+    may read the environment file (None: not there yet, as in check mode)."""
+    delivery = where.get("delivery")
+    directories = [(where["directory"], 0o755)]
+    files = []
+    if delivery == "env_file":
+        if values:
+            files.append((where["env_file"], env_file(values), gid, 0o640))
+    elif delivery == "credentials":
+        directories.append((where["credentials_directory"], 0o700))
+        for name, path in sorted(where["credential_files"].items()):
+            value = values.get(name)
+            files.append((path, "" if value is None else str(value), 0, 0o600))
+    else:
+        raise SecretSpecError(f"delivery {delivery!r}: only env_file and credentials are written this way "
+                              "(encrypted_credentials are encrypted on the host by the secrets role)")
+    return directories, files
+
+
+def write_secret_files(directories: list[tuple[str, int]], files: list[tuple], check: bool) -> list[str]:
+    """Create the directories (root's, with their modes) and write the files whose content, owner or mode differ,
+    by rename with owner and mode set before a byte is written. Returns the paths changed (in check mode, that
+    would be). Errors name paths, never content."""
+    changed = []
+    for path, mode in directories:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise SecretSpecError(f"{path} exists and is not a directory: move it away, the app's secrets go there")
+        if st is None or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (0, 0, mode):
+            changed.append(path)
+            if not check:
+                if st is None:
+                    os.mkdir(path, mode)
+                os.chown(path, 0, 0)
+                os.chmod(path, mode)
+    for path, content, gid, mode in files:
+        data = content.encode("utf-8")
+        try:
+            st = os.lstat(path)
+            with open(path, "rb") as fh:
+                same = stat.S_ISREG(st.st_mode) and fh.read() == data
+            same = same and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, gid, mode)
+        except FileNotFoundError:
+            same = False
+        if same:
+            continue
+        changed.append(path)
+        if not check:
+            tmp = f"{path}.sturdy-tmp"
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                os.fchown(fd, 0, gid)
+                os.fchmod(fd, mode)
+                fh.write(data)
+                fh.flush()
+                os.fsync(fd)
+            os.replace(tmp, path)
+    return changed
