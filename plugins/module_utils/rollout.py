@@ -173,7 +173,8 @@ def as_groups(units: list | None = None, groups: list | None = None, only: list 
 
 
 def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout: float = 60, journal_lines: int = 25,
-         groups: list | None = None, only: list | None = None, defer_settle: bool = False) -> dict:
+         groups: list | None = None, only: list | None = None, defer_settle: bool = False,
+         overlap_settle: bool = False) -> dict:
     """Restart the units of each process type in turn (`groups`, or `units` as one type restarted one at a time).
 
     A type with surge units starts them first, on the new code, and proves them ready and stable before any of its
@@ -182,16 +183,39 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
     batch is stable the surge units are told to stop (a warm shutdown: they finish their running tasks and exit
     without the deploy waiting on them).
 
-    With `defer_settle`, the last batch is not watched here once ready, unless its type has surge instances (they
-    stop only after it is stable): it is returned as `settling` ({until, since, units}) for the caller to finish with
-    finish_settle() after other work (the deploy's smoke jobs), so the watch overlaps that work.
+    With `overlap_settle`, a batch counts as back once ready: the next one restarts while its settle window runs,
+    and it is checked after every later restart and watched to the end of its window before the type's surge units
+    stop and before the loop returns (a unit that does not stay up still stops the rollout, naming it, but the
+    batches restarted meanwhile run the new code too).
+
+    With `defer_settle`, the last batch (with `overlap_settle`, every batch still in its window) is not watched here
+    once ready, unless its type has surge instances (they stop only after it is stable): it is returned as
+    `settling` ({until, since, units}) for the caller to finish with finish_settle() after other work (the
+    deploy's smoke jobs), so the watch overlaps that work.
 
     Returns {restarted, surge, settling}. Raises RolloutError at the first unit that is not ready and stable, naming
     the untouched rest; surge units are told to stop then too."""
     plan = as_groups(units, groups, only)
     restarted: list[dict] = []
     surged: list[dict] = []
-    settling: dict = {}
+    # Units restarted whose settle window still runs (overlap_settle): name -> (state when up, until, since).
+    windows: dict[str, tuple[dict, float, float]] = {}
+
+    def check_windows(rest: list[str], surge: list[dict], until: float | None = None) -> None:
+        """Every unit in its window once (until=None), or watched until `until`; a unit that did not stay up stops
+        the rollout."""
+        if not windows:
+            return
+        bad, why = watch(host, {n: w[0] for n, w in windows.items()}, host.clock() if until is None else until)
+        if bad:
+            _drain(host, surge)
+            _fail(host, f"{bad} came up on the new code, then did not stay up: {why}"
+                        + (" (the units restarted after it while it was watched run the new code too)"
+                           if restarted[-1]["name"] != bad else ""),
+                  bad, windows[bad][2], rest, journal_lines, restarted)
+        for name in [n for n, w in windows.items() if w[1] <= host.clock()]:
+            del windows[name]
+
     for index, group in enumerate(plan):
         later = [u["name"] for g in plan[index + 1:] for u in g["units"]]
         surge = group["surge"]
@@ -207,16 +231,14 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
             surged += [{"name": n, "ready_seconds": round(ready.get(n, 0.0), 2)} for n in now]
         runs = batches(group["units"], len(surge) + group["max_unavailable"])
         for number, batch in enumerate(runs):
+            rest = [u["name"] for b in runs[number + 1:] for u in b] + later
             before = {u["name"]: host.show(u["name"]) for u in batch}
             since, started = host.wall(), host.clock()
-            defer = defer_settle and not surge and index == len(plan) - 1 and number == len(runs) - 1
-            now, ready, bad, why = bring_up(host, "restart", batch, 0 if defer else settle, ready_timeout)
-            if defer and not bad:
-                settling = {"until": host.clock() + settle, "since": since,
-                            "units": {n: {k: now[n].get(k) for k in WATCH_PROPERTIES} for n in now}}
+            last = index == len(plan) - 1 and number == len(runs) - 1
+            watched_later = overlap_settle or (defer_settle and not surge and last)
+            now, ready, bad, why = bring_up(host, "restart", batch, 0 if watched_later else settle, ready_timeout)
             if bad:
                 _drain(host, surge)
-                rest = [u["name"] for b in runs[number + 1:] for u in b] + later
                 _fail(host, f"{bad} did not come up on the new code: {why}"
                             + (f" (restarted together with {', '.join(n for n in before if n != bad)})"
                                if len(batch) > 1 else ""),
@@ -232,7 +254,22 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
                     "before": {k: state.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
                     "after": {k: now[name].get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
                 })
+            # The batches restarted before this one, still in their windows, while it restarted.
+            check_windows(rest, surge)
+            if watched_later:
+                windows.update({n: ({k: now[n].get(k) for k in WATCH_PROPERTIES}, host.clock() + settle, since)
+                                for n in now})
+        if surge or not defer_settle:
+            # Surge instances stop only once every instance of their type is stable.
+            check_windows(later, surge, max((w[1] for w in windows.values()), default=None))
         _drain(host, surge)
+    settling = {}
+    if windows:
+        if not defer_settle:
+            check_windows([], [], max(w[1] for w in windows.values()))
+        else:
+            settling = {"until": max(w[1] for w in windows.values()), "since": min(w[2] for w in windows.values()),
+                        "units": {n: w[0] for n, w in windows.items()}}
     return {"restarted": restarted, "surge": surged, "settling": settling}
 
 

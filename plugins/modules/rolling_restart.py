@@ -55,6 +55,16 @@ options:
     description: Seconds each restarted unit is watched for a crash loop.
     type: float
     default: 5
+  overlap_settle:
+    description:
+      - Count a restarted batch as back once it is ready, and restart the next while its O(settle) window runs. Each
+        window is checked after every later restart and watched to its end before surge units stop and before the
+        task returns (with O(defer_settle), the windows still running are returned in RV(settling)). A unit that does
+        not stay up still fails the task, naming it; the batches restarted meanwhile run the new code too.
+      - Off, each batch is watched to the end of its window before the next restarts.
+    type: bool
+    default: false
+    version_added: 0.4.0
   defer_settle:
     description:
       - Do not watch the last batch once it is ready (unless its process type has surge units, which stop only once
@@ -188,6 +198,7 @@ def main():
             "only": {"type": "list", "elements": "str"},
             "settle": {"type": "float", "default": 5},
             "defer_settle": {"type": "bool", "default": False},
+            "overlap_settle": {"type": "bool", "default": False},
             "settling": {"type": "dict"},
             "ready_timeout": {"type": "float", "default": 60},
             "journal_lines": {"type": "int", "default": 25},
@@ -219,7 +230,7 @@ def main():
     try:
         with LeaseKeeper(p["lease"].get("path"), p["lease"].get("run_id")):
             done = roll(host, settle=p["settle"], ready_timeout=p["ready_timeout"], journal_lines=p["journal_lines"],
-                        groups=plan, defer_settle=p["defer_settle"])
+                        groups=plan, defer_settle=p["defer_settle"], overlap_settle=p["overlap_settle"])
     except RolloutError as exc:
         fail(module, exc, changed=True)
     except RuntimeError as exc:

@@ -270,33 +270,38 @@ def test_changed_unit_restarts_instances_one_at_a_time(host, restore):
     assert record["env"]["WORKER_GREETING"] == "changed"
 
 
-def test_a_watch_left_to_the_caller_still_catches_the_last_instance_dying_after_it_came_up(host, restore):
-    # The deploy's way (sturdy_worker_defer_settle): every batch but the last is watched before the next restarts; the
-    # last one's watch is finished by a later rolling_restart call, after other work. Its instance is killed in between.
-    decl = declaration()
-    process(decl, "worker")["environment"]["WORKER_GREETING"] = "watched later"
-    play = [{"name": "Restart, kill the last one restarted, finish its watch", "hosts": host.backend.get_hostname(),
-             "gather_facts": False, "vars_files": [str(SCENARIO_DIR / "vars" / "main.yml")], "tasks": [
-                 {"name": "Restart with the last watch deferred", "ansible.builtin.include_role": {
-                     "name": "sturdy.workers.worker"}, "vars": {"sturdy_worker_defer_settle": True}},
-                 {"name": "Kill the main process of the instance restarted last", "ansible.builtin.command":
-                     "systemctl kill --signal=KILL --kill-whom=main -- "
-                     "{{ sturdy_worker_restarted.settling.units | list | last }}"},
-                 {"name": "Finish the watch", "sturdy.workers.rolling_restart": {
-                     "settling": "{{ sturdy_worker_restarted.settling }}"}, "register": "finished",
-                  "ignore_errors": True},
-                 {"name": "Say what was deferred", "ansible.builtin.debug": {"var": "sturdy_worker_restarted"}}]}]
+def play_results(host, name: str, tasks: list[dict], decl: dict) -> dict:
+    """Run one play of `tasks` on this host with the declaration `decl`; each task's result by task name (the JSON
+    callback: the results as data, not as text)."""
+    play = [{"name": name, "hosts": host.backend.get_hostname(), "gather_facts": False,
+             "vars_files": [str(SCENARIO_DIR / "vars" / "main.yml")], "tasks": tasks}]
     with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=SCENARIO_DIR, delete=False) as fh:
         yaml.safe_dump(play, fh)
     try:
-        # The JSON callback: the task results as data, not as text.
         result = run_playbook(fh.name, sturdy_processes=decl["sturdy_processes"],
                               env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
     finally:
         os.unlink(fh.name)
     assert result.returncode == 0, result.stdout[-3000:]
-    name = host.backend.get_hostname()
-    tasks = {t["task"]["name"]: t["hosts"][name] for t in json.loads(result.stdout)["plays"][0]["tasks"] if name in t["hosts"]}
+    hostname = host.backend.get_hostname()
+    return {t["task"]["name"]: t["hosts"][hostname] for t in json.loads(result.stdout)["plays"][0]["tasks"]
+            if hostname in t["hosts"]}
+
+
+def test_a_watch_left_to_the_caller_still_catches_the_last_instance_dying_after_it_came_up(host, restore):
+    # The deploy's way (sturdy_worker_defer_settle): every batch but the last is watched before the next restarts; the
+    # last one's watch is finished by a later rolling_restart call, after other work. Its instance is killed in between.
+    decl = declaration()
+    process(decl, "worker")["environment"]["WORKER_GREETING"] = "watched later"
+    tasks = play_results(host, "Restart, kill the last one restarted, finish its watch", [
+        {"name": "Restart with the last watch deferred", "ansible.builtin.include_role": {
+            "name": "sturdy.workers.worker"}, "vars": {"sturdy_worker_defer_settle": True}},
+        {"name": "Kill the main process of the instance restarted last", "ansible.builtin.command":
+            "systemctl kill --signal=KILL --kill-whom=main -- "
+            "{{ sturdy_worker_restarted.settling.units | list | last }}"},
+        {"name": "Finish the watch", "sturdy.workers.rolling_restart": {
+            "settling": "{{ sturdy_worker_restarted.settling }}"}, "register": "finished", "ignore_errors": True},
+        {"name": "Say what was deferred", "ansible.builtin.debug": {"var": "sturdy_worker_restarted"}}], decl)
     restarted, finished = tasks["Say what was deferred"]["sturdy_worker_restarted"], tasks["Finish the watch"]
     said = {"deferred": list(restarted["settling"]["units"]), "failed": finished.get("failed"),
             "unit": finished.get("failed_unit"), "msg": finished.get("msg", ""),
@@ -307,6 +312,34 @@ def test_a_watch_left_to_the_caller_still_catches_the_last_instance_dying_after_
     assert all(seconds[u] >= 5 for u in WORKERS[:-1]) and seconds[WORKERS[-1]] < 5, seconds
     assert said["failed"] and said["unit"] == WORKERS[-1], said
     assert f"{WORKERS[-1]} came up on the new code, then did not stay up" in said["msg"], said
+
+
+def test_overlapped_windows_restart_the_next_instance_once_ready_and_still_catch_an_earlier_one_dying(host, restore):
+    # sturdy_worker_overlap_settle: the next instance restarts while the window of the one before runs. The first
+    # instance is killed 1 s after it came up on the new code, inside its window, by a watcher started beforehand.
+    decl = declaration()
+    process(decl, "worker")["environment"]["WORKER_GREETING"] = "overlapped"
+    first = WORKERS[0]
+    tasks = play_results(host, "Restart with overlapped windows while the first instance is killed in its window", [
+        {"name": "Kill the first instance 1 s after it restarted", "ansible.builtin.shell":
+            f"before=$(systemctl show -P InvocationID {first}); for i in $(seq 300); do "
+            f"now=$(systemctl show -P InvocationID {first}); "
+            f'if [ -n "$now" ] && [ "$now" != "$before" ]; then sleep 1; '
+            f"systemctl kill --signal=KILL --kill-whom=main -- {first}; exit 0; fi; sleep 0.1; done; exit 1",
+         "async": 60, "poll": 0, "register": "killer"},
+        {"name": "Restart with overlapped windows", "block": [
+            {"name": "Include the role", "ansible.builtin.include_role": {"name": "sturdy.workers.worker"},
+             "vars": {"sturdy_worker_overlap_settle": True}}],
+         "rescue": [{"name": "Go on to the watcher", "ansible.builtin.debug": {"msg": "the rollout stopped"}}]},
+        {"name": "Wait for the watcher", "ansible.builtin.async_status": {"jid": "{{ killer.ansible_job_id }}"},
+         "register": "killed", "until": "killed.finished", "retries": 60, "delay": 1}], decl)
+    assert tasks["Wait for the watcher"]["rc"] == 0, tasks["Wait for the watcher"]
+    failed = next(t for n, t in tasks.items() if t.get("failed") and t.get("failed_unit"))
+    assert failed["failed_unit"] == first, failed
+    assert f"{first} came up on the new code, then did not stay up" in failed["msg"], failed["msg"]
+    assert "the units restarted after it while it was watched run the new code too" in failed["msg"], failed["msg"]
+    # The second instance restarted although the first one died 1 s into its window (5 s): it did not wait for it.
+    assert [r["name"] for r in failed["restarted"]][:2] == WORKERS[:2], failed["restarted"]
 
 
 def test_check_mode_previews_the_change_and_the_restarts_without_making_them(host):

@@ -207,3 +207,43 @@ def test_a_deferred_settle_is_not_taken_where_surge_instances_wait_for_the_last_
     done = roll(fake.host(), groups=[{"units": ["a@1.service", "a@2.service"], "surge": ["a@s1.service"],
                                       "max_unavailable": 1}], settle=3, defer_settle=True)
     assert done["settling"] == {} and all(d["seconds"] >= 3 for d in done["restarted"])
+
+
+def test_overlapped_settle_restarts_the_next_batch_once_ready_and_watches_every_window_to_its_end():
+    fake = FakeSystemd(["a@1.service", "a@2.service", "a@3.service"])
+    done = roll(fake.host(), ["a@1.service", "a@2.service", "a@3.service"], settle=5, overlap_settle=True)
+    # Back to back: no batch waited for the window of the one before.
+    assert restarts(fake) == ["a@1.service", "a@2.service", "a@3.service"]
+    assert all(d["seconds"] < 5 for d in done["restarted"])
+    # Every window was watched to its end before the loop returned, and nothing is left to the caller.
+    assert fake.now >= 5 and done["settling"] == {}
+    # Each unit was looked at again after every later restart while its window ran.
+    assert fake.polls["a@1.service"] >= 3
+
+
+def test_an_overlapped_window_that_catches_a_crash_stops_the_rollout_naming_the_unit_and_the_rest():
+    fake = FakeSystemd(["a@1.service", "a@2.service", "a@3.service"], crash_after={"a@1.service": 2},
+                       journal="RuntimeError: broken on purpose\nMain process exited, code=exited\n")
+    with pytest.raises(RolloutError) as err:
+        roll(fake.host(), ["a@1.service", "a@2.service", "a@3.service"], settle=5, overlap_settle=True)
+    assert err.value.failed_unit == "a@1.service"
+    assert "a@1.service came up on the new code, then did not stay up" in err.value.msg
+    assert "the units restarted after it while it was watched run the new code too" in err.value.msg
+    assert "Not restarted, still on the code they ran: a@3.service" in err.value.msg
+    assert [d["name"] for d in err.value.restarted] == ["a@1.service", "a@2.service"]
+    assert restarts(fake) == ["a@1.service", "a@2.service"]
+
+
+def test_overlapped_and_deferred_windows_go_to_the_caller_together_and_surge_waits_for_all_of_them():
+    fake = FakeSystemd(["a@1.service", "a@2.service"])
+    done = roll(fake.host(), ["a@1.service", "a@2.service"], settle=5, overlap_settle=True, defer_settle=True)
+    assert fake.now < 5 and sorted(done["settling"]["units"]) == ["a@1.service", "a@2.service"]
+    assert done["settling"]["until"] == pytest.approx(fake.now + 5, abs=0.6)
+    # With surge instances, they are told to stop only once every window of their type has ended.
+    fake = FakeSystemd(["a@1.service", "a@2.service", "a@s1.service"])
+    done = roll(fake.host(), groups=[{"units": ["a@1.service", "a@2.service"], "surge": ["a@s1.service"],
+                                      "max_unavailable": 0}], settle=3, overlap_settle=True, defer_settle=True)
+    stop = next(i for i, argv in enumerate(fake.log) if argv[:2] == ["systemctl", "stop"])
+    assert done["settling"] == {} and fake.now >= 3 + 3
+    last_show = max(i for i, argv in enumerate(fake.log) if argv[:2] == ["systemctl", "show"])
+    assert stop > last_show
