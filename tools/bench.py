@@ -10,6 +10,7 @@ type of 2 instances per host, deploys build 0 everywhere (not timed), then times
   serial 1       A->B on 8 hosts one host per batch (the default before the canary)
   backlog        A->B on host 1 while every slot runs a long task and more wait (restart phase against T)
   backlog-surge  the same with max_surge 100%: both instances restart at once while two surge instances consume
+  overlap        hosts-1 with sturdy_worker_overlap_settle: the next instance restarts once the one before is ready
   mitogen        hosts-1 and no-op again on Mitogen's podman transport (mitogen_linear)
   ssh            hosts-1, no-op and hosts-8 over SSH (the images' sshd, a key of the bench's own, ControlPersist, pipelining),
                  then hosts-1 and no-op on Mitogen's SSH transport (mitogen_ssh)
@@ -255,6 +256,8 @@ class Bench:
             "serial-1": lambda: hosts(8, "1"),
             "backlog": lambda: self.backlog(HOSTS[0]),
             "backlog-surge": lambda: self.backlog(HOSTS[0], "backlog surge", "-e", "bench_surge=100%"),
+            "overlap": lambda: self.deploy("hosts-1 overlap", HOSTS[:1], self.build(), None, "-e",
+                                           "sturdy_worker_overlap_settle=true"),
             "mitogen": mitogen,
             "ssh": ssh,
             "status": self.status,
@@ -289,6 +292,7 @@ def summary(results: dict) -> list[str]:
     line("floor", what="1.00")
     line("hosts-1", "floor")
     line("no-op", "hosts-1")
+    line("hosts-1 overlap", "floor")
     for n in (2, 4, 8):
         line(f"hosts-{n}", "hosts-1")
     line("hosts-8 serial 1", "hosts-1", "hosts-1 (one host per batch)")

@@ -158,16 +158,15 @@ def _queue_line(name: str, q: dict) -> str:
 
 def deploy_report(records, run, plan, finished, rollback=True):
     hosts, marks, failures, rollback_failures, queues = {}, {}, [], [], {}
+    # Each queue is read on one host and smoke-tested from one host, not necessarily the same.
+    smoked = {q.get("queue"): q for record in records.values() for q in (record or {}).get("queue_smoke") or []
+              if isinstance(q, dict)}
     for name, record in records.items():
         record = record or {}
-        smoked = {q.get("queue"): q for q in record.get("queue_smoke") or [] if isinstance(q, dict)}
         for q in record.get("queues") or []:
             queues[q["queue"]] = {k: q.get(k) for k in ("depth", "oldest_age", "dead_letter_depth", "consumers",
                                                         "rate_limit", "drain_seconds", "error")}
             queues[q["queue"]]["smoke"] = smoked.get(q["queue"])
-        for queue, smoke in smoked.items():
-            # A queue the status does not read (not Celery's): its smoke job alone.
-            queues.setdefault(queue, {"smoke": smoke})
         switch = record.get("switch") or {}
         for phase, at in (record.get("marks") or {}).items():
             marks.setdefault(phase, []).append(float(at))
@@ -194,6 +193,9 @@ def deploy_report(records, run, plan, finished, rollback=True):
             # Started beside the instances before their restart, told to stop after it.
             "surge": record.get("surge") or [],
         }
+    for queue, smoke in smoked.items():
+        # A queue no host read (not Celery's or RQ's): its smoke job alone.
+        queues.setdefault(queue, {"smoke": smoke})
     started = float(run["started"])
     phases, last = {}, started
     for phase in PHASES:

@@ -143,3 +143,12 @@ def test_an_unchanged_host_says_nothing_was_done_and_a_full_redeploy_says_why():
     assert ("h1: 2, unchanged since its last deploy: nothing installed, written or restarted, the instances proven by "
             "their smoke jobs (-e sturdy_deploy_force=true redoes every step)") in rep["summary"]
     assert "h2: 1 -> 2, again in full (/etc/shop/shop.env changed since the last deploy)" in rep["summary"]
+
+
+def test_a_queue_read_on_one_host_and_smoke_tested_from_another_shows_both():
+    # Each queue is read from one host (queue_readers); the real-queue smoke goes out from another.
+    reader = dict(record(), queues=[{"queue": "default", "depth": 3}])
+    smoker = dict(record(), queue_smoke=[{"queue": "default", "ok": True, "latency": 0.2, "answer": {"build_id": "2"}}])
+    for records in ({"h1": reader, "h2": smoker}, {"h1": smoker, "h2": reader}):
+        rep = deploy_report(records, RUN, PLAN, 1070.0)
+        assert rep["queues"]["default"]["depth"] == 3 and rep["queues"]["default"]["smoke"]["ok"] is True, rep["queues"]
