@@ -9,8 +9,8 @@ short_description: The SHA-256 of a file on the controller, or an empty string w
 version_added: 0.4.0
 author: sturdy.workers contributors (@sturdy-workers)
 description:
-  - Reads a file on the controller (a release artifact) and returns its SHA-256 in hex, in the templating process:
-    what a C(stat) task delegated to localhost returns as C(checksum), without its round trip.
+  - Reads a file on the controller (a release artifact) and returns its SHA-256 in hex, in the templating process.
+    It is what a C(stat) task delegated to localhost returns as C(checksum), without its round trip.
   - A path that does not exist, or is not a regular file (a directory, a broken link), gives an empty string; a file
     that exists but cannot be read fails, naming it.
 options:

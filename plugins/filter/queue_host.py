@@ -11,20 +11,8 @@ author: sturdy.workers contributors (@sturdy-workers)
 description:
   - The queues are in the broker, so what reads or moves their messages (the dead letters, the task names waiting)
     runs once, from a host that has the app's Celery code and secrets. This picks it, in play order.
-options:
-  _input:
-    description: The hosts, in order (for example C(ansible_play_hosts)).
-    type: list
-    elements: str
-    required: true
-  hostvars:
-    description: C(hostvars).
-    type: dict
-    required: true
-  plan:
-    description: The name of the host fact holding each host's app plan (P(sturdy.workers.app_plan#filter)).
-    type: str
-    required: true
+extends_documentation_fragment:
+  - sturdy.workers.host_plans
 """
 
 EXAMPLES = r"""

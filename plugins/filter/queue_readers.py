@@ -9,23 +9,11 @@ short_description: The hosts that read the app's queues for a report, each queue
 version_added: 0.4.0
 author: sturdy.workers contributors (@sturdy-workers)
 description:
-  - The queues are in the broker: reading them from every host of a deploy reads each one once per host (a Python
-    process importing the app on each). This picks, in play order, the hosts that have a Celery or RQ queue no
-    earlier host picked has; every queue of any host is then read by exactly one of them.
-options:
-  _input:
-    description: The hosts, in order (for example C(ansible_play_hosts)).
-    type: list
-    elements: str
-    required: true
-  hostvars:
-    description: C(hostvars).
-    type: dict
-    required: true
-  plan:
-    description: The name of the host fact holding each host's app plan (P(sturdy.workers.app_plan#filter)).
-    type: str
-    required: true
+  - The queues are in the broker, so reading them from every host of a deploy reads each one once per host (a
+    Python process importing the app on each). This picks, in play order, the hosts that have a Celery or RQ queue
+    no earlier host picked has; every queue of any host is then read by exactly one of them.
+extends_documentation_fragment:
+  - sturdy.workers.host_plans
 """
 
 EXAMPLES = r"""

@@ -11,11 +11,11 @@ import json
 import os
 import re
 import shutil
-import stat
 import tarfile
 from typing import Callable
 
 from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import BUILD_ID, release_dir, root_paths
+from ansible_collections.sturdy.workers.plugins.module_utils.files import replace_file
 
 RELEASE_FILE = "RELEASE.json"
 MANIFEST_FILE = "MANIFEST.json"
@@ -51,25 +51,6 @@ class Layout:
             raise ReleaseError(f"{link} points at {target}, which is not a release under {self.releases}/; "
                                "re-point it by hand (ln -sfn releases/<build_id> ...) or remove it")
         return name
-
-
-def own_directory(path: str, mode: int, check: bool) -> bool:
-    """Make `path` a root-owned directory with `mode` (created, or its owner and mode corrected); whether it
-    changed. In check mode only tells."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        raise ReleaseError(f"{path} exists and is not a directory: move it away, the app's releases live there")
-    if st is not None and st.st_uid == 0 and st.st_gid == 0 and stat.S_IMODE(st.st_mode) == mode:
-        return False
-    if not check:
-        if st is None:
-            os.mkdir(path, mode)
-        os.chown(path, 0, 0)
-        os.chmod(path, mode)
-    return True
 
 
 def sha256_file(path: str) -> str:
@@ -278,12 +259,8 @@ def agent_changes(release: str, source: str) -> dict[str, str]:
 
 
 def write_file(path: str, content: str, mode: int = 0o644) -> None:
-    """Write by rename, so a reader never sees half a file; the file has `mode` from its creation on."""
-    tmp = f"{path}.sturdy-tmp"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8") as fh:
-        fh.write(content)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    """Write by rename, so a reader never sees half a file; root's, with `mode` from its creation on."""
+    replace_file(path, content.encode("utf-8"), mode)
 
 
 def missing_executables(release: str, executables: dict[str, str]) -> list[str]:

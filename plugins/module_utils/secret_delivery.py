@@ -9,6 +9,8 @@ import os
 import re
 import stat
 
+from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file
+
 DELIVERIES = ("env_file", "credentials", "encrypted_credentials")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Inside double quotes systemd's EnvironmentFile= parser (and sh) give these a backslash meaning.
@@ -98,21 +100,7 @@ def write_secret_files(directories: list[tuple[str, int]], files: list[tuple], c
     """Create the directories (root's, with their modes) and write the files whose content, owner or mode differ,
     by rename with owner and mode set before a byte is written. Returns the paths changed (in check mode, that
     would be). Errors name paths, never content."""
-    changed = []
-    for path, mode in directories:
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            st = None
-        if st is not None and not stat.S_ISDIR(st.st_mode):
-            raise SecretSpecError(f"{path} exists and is not a directory: move it away, the app's secrets go there")
-        if st is None or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (0, 0, mode):
-            changed.append(path)
-            if not check:
-                if st is None:
-                    os.mkdir(path, mode)
-                os.chown(path, 0, 0)
-                os.chmod(path, mode)
+    changed = [path for path, mode in directories if own_directory(path, mode, check)]
     for path, content, gid, mode in files:
         data = content.encode("utf-8")
         try:
@@ -122,19 +110,8 @@ def write_secret_files(directories: list[tuple[str, int]], files: list[tuple], c
             same = same and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, gid, mode)
         except FileNotFoundError:
             same = False
-        if same:
-            continue
-        changed.append(path)
-        if not check:
-            tmp = f"{path}.sturdy-tmp"
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                os.fchown(fd, 0, gid)
-                os.fchmod(fd, mode)
-                fh.write(data)
-                fh.flush()
-                os.fsync(fd)
-            os.replace(tmp, path)
+        if not same:
+            changed.append(path)
+            if not check:
+                replace_file(path, data, mode, gid)
     return changed

@@ -9,6 +9,8 @@ import re
 import tempfile
 from typing import Callable
 
+from ansible_collections.sturdy.workers.plugins.module_utils.files import replace_file
+
 # A unit file name: what systemd loads from a unit directory (a template ends in @.service).
 UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.(service|target|timer|socket|path|slice)$")
 
@@ -59,11 +61,5 @@ def write(directory: str, units: dict[str, str], run: Runner, check: bool, valid
             for name in sorted(changed):
                 verify(name, units[name], run, scratch)
     for name in sorted(changed):
-        path = os.path.join(directory, name)
-        tmp = f"{path}.sturdy-tmp"
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w", encoding="utf-8") as fh:
-            fh.write(units[name])
-        os.chown(tmp, 0, 0)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        replace_file(os.path.join(directory, name), units[name].encode("utf-8"), 0o644)
     return sorted(changed)

@@ -71,7 +71,7 @@ options:
     default: {}
   remove_artifact:
     description:
-      - With O(state=present), remove O(artifact) once the release is installed (or was already): the release
+      - With O(state=present), remove O(artifact) once the release is installed (or was already), since the release
         directory holds everything in it. It stays after a failed install.
     type: bool
     default: false
@@ -179,6 +179,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     BUILD_ID,
     Layout,
@@ -189,7 +190,6 @@ from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     install,
     installed,
     missing_executables,
-    own_directory,
     partial,
     prune_plan,
     release_state,
