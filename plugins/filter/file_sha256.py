@@ -23,7 +23,9 @@ options:
 EXAMPLES = r"""
 - name: Compare the artifact with its published checksum
   ansible.builtin.assert:
-    that: sturdy_artifact | sturdy.workers.file_sha256 == lookup('ansible.builtin.file', sturdy_artifact ~ '.sha256').split()[0]
+    that: sturdy_artifact | sturdy.workers.file_sha256 == published.split()[0]
+  vars:
+    published: "{{ lookup('ansible.builtin.file', sturdy_artifact ~ '.sha256') }}"
 """
 
 RETURN = r"""
