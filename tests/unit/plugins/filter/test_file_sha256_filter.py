@@ -19,4 +19,3 @@ def test_a_missing_path_or_a_directory_gives_an_empty_string(tmp_path):
     assert file_sha256(str(tmp_path)) == ""
     os.symlink(tmp_path / "gone", tmp_path / "dangling")
     assert file_sha256(str(tmp_path / "dangling")) == ""
-
