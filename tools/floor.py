@@ -75,7 +75,9 @@ def floor(t: Transport, artifact: Path, build: str, app: str, process: str, inst
          f"$(python3 -c 'import json; print(\" \".join(json.load(open(\"{release}/MANIFEST.json\"))[\"install\"]))'); "
          f"site=$(echo {release}/venv/lib/python3*/site-packages); cp {root}/.incoming/sturdy_agent.py $site/; "
          f"echo 'import sturdy_agent' > $site/sturdy_agent.pth; "
-         f"""echo '{{"build_id": "{build}"}}' > {release}/RELEASE.json""")
+         f"""echo '{{"build_id": "{build}"}}' > {release}/RELEASE.json; """
+         # The upload goes once unpacked, as the deploy's does.
+         f"rm -f {root}/.incoming/{artifact.name}")
     mark("install")
     t.sh(as_app(unit, release, f"{release}/{migrate}"))
     mark("migrate")
