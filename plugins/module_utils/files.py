@@ -14,9 +14,9 @@ class NotADirectory(OSError):
 
 def own_directory(path: str, mode: int, check: bool) -> bool:
     """Make `path` a root-owned directory with `mode` (created, or its owner and mode corrected); whether it
-    changed. In check mode only tells."""
+    changed. A link to a directory is followed, as the file module does. In check mode only tells."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path)
     except FileNotFoundError:
         st = None
     if st is not None and not stat.S_ISDIR(st.st_mode):

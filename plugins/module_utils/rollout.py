@@ -108,11 +108,13 @@ def watch(host: Host, started: dict[str, dict], until: float) -> tuple[str | Non
     """Watch units (name -> their state when they came up) until the clock reaches `until`, at least once: the first
     that is not stable and why, or (None, None)."""
     while True:
+        # The last look at every unit begins at or after `until`: a crash just before it is not missed.
+        last = host.clock() >= until
         for name, state in started.items():
             why = crash_signs(state, host.show(name))
             if why:
                 return name, why
-        if host.clock() >= until:
+        if last:
             return None, None
         host.sleep(POLL)
 
@@ -198,22 +200,26 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
     plan = as_groups(units, groups, only)
     restarted: list[dict] = []
     surged: list[dict] = []
-    # Units restarted whose settle window still runs (overlap_settle): name -> (state when up, until, since).
-    windows: dict[str, tuple[dict, float, float]] = {}
+    # Units restarted whose settle window still runs: name -> (state when up, until, since, batch number).
+    windows: dict[str, tuple[dict, float, float, int]] = {}
+    batch_count = 0
 
     def check_windows(rest: list[str], surge: list[dict], until: float | None = None) -> None:
         """Every unit in its window once (until=None), or watched until `until`; a unit that did not stay up stops
-        the rollout."""
+        the rollout. A window is closed only once a look began at or after its end."""
         if not windows:
             return
-        bad, why = watch(host, {n: w[0] for n, w in windows.items()}, host.clock() if until is None else until)
+        began = host.clock()
+        bad, why = watch(host, {n: w[0] for n, w in windows.items()}, began if until is None else until)
         if bad:
             _drain(host, surge)
             _fail(host, f"{bad} came up on the new code, then did not stay up: {why}"
                         + (" (the units restarted after it while it was watched run the new code too)"
-                           if restarted[-1]["name"] != bad else ""),
+                           if windows[bad][3] < batch_count else ""),
                   bad, windows[bad][2], rest, journal_lines, restarted)
-        for name in [n for n, w in windows.items() if w[1] <= host.clock()]:
+        # A watch to `until` looked last at or after it.
+        closed = began if until is None else max(began, until)
+        for name in [n for n, w in windows.items() if w[1] <= closed]:
             del windows[name]
 
     for index, group in enumerate(plan):
@@ -254,11 +260,12 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
                     "before": {k: state.get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
                     "after": {k: now[name].get(k) for k in ("InvocationID", "MainPID", "NRestarts")},
                 })
+            batch_count += 1
             # The batches restarted before this one, still in their windows, while it restarted.
             check_windows(rest, surge)
             if watched_later:
-                windows.update({n: ({k: now[n].get(k) for k in WATCH_PROPERTIES}, host.clock() + settle, since)
-                                for n in now})
+                windows.update({n: ({k: now[n].get(k) for k in WATCH_PROPERTIES}, host.clock() + settle, since,
+                                    batch_count) for n in now})
         if surge or not defer_settle:
             # Surge instances stop only once every instance of their type is stable.
             check_windows(later, surge, max((w[1] for w in windows.values()), default=None))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from typing import Callable
 
@@ -21,21 +22,34 @@ class UnitFileError(RuntimeError):
     pass
 
 
-def read(path: str) -> str | None:
+def on_disk(path: str) -> bytes | None:
+    """The file's content when it is a regular file owned by root:root with mode 0644, else None (to be written)."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (0, 0, 0o644):
+            return None
+        with open(path, "rb") as fh:
             return fh.read()
     except FileNotFoundError:
         return None
 
 
-def differing(directory: str, units: dict[str, str]) -> dict[str, str | None]:
-    """The units whose file in `directory` is missing or has other content: name -> the content on disk (None)."""
+def differing(directory: str, units: dict[str, str]) -> dict[str, str]:
+    """The units whose file in `directory` is missing, has other content, or is not root's 0644: name -> the
+    content on disk, for the diff ('' when missing)."""
     for name in units:
         if not UNIT_NAME.match(name):
             raise UnitFileError(f"{name!r} is not a unit file name (for example shop-worker@.service)")
-    on_disk = {name: read(os.path.join(directory, name)) for name in units}
-    return {name: before for name, before in on_disk.items() if before != units[name]}
+    found = {}
+    for name, content in units.items():
+        path = os.path.join(directory, name)
+        if on_disk(path) != content.encode("utf-8"):
+            try:
+                with open(path, "rb") as fh:
+                    found[name] = fh.read().decode("utf-8", "replace")
+            except OSError:
+                found[name] = ""
+    return found
 
 
 def verify(name: str, content: str, run: Runner, scratch: str) -> None:

@@ -109,7 +109,7 @@ def main():
                                  f"{', '.join(written)} are written", written=written)
     result = {"changed": bool(written), "written": written, "reloaded": reloaded}
     if module._diff and written:
-        result["diff"] = [{"before_header": os.path.join(p["directory"], name), "before": before[name] or "",
+        result["diff"] = [{"before_header": os.path.join(p["directory"], name), "before": before[name],
                            "after_header": os.path.join(p["directory"], name), "after": units[name]}
                           for name in written]
     module.exit_json(**result)

@@ -247,3 +247,22 @@ def test_overlapped_and_deferred_windows_go_to_the_caller_together_and_surge_wai
     assert done["settling"] == {} and fake.now >= 3 + 3
     last_show = max(i for i, argv in enumerate(fake.log) if argv[:2] == ["systemctl", "show"])
     assert stop > last_show
+
+
+def test_a_watch_looks_at_every_unit_once_more_at_or_after_the_end_of_its_window():
+    from ansible_collections.sturdy.workers.plugins.module_utils.rollout import watch
+
+    fake = FakeSystemd(["a@1.service", "a@2.service"])
+    seen = []
+    run = fake.run
+
+    def recording(argv):
+        if argv[:2] == ["systemctl", "show"]:
+            seen.append((argv[-1], fake.now))
+            fake.now += 0.1  # a look takes time on a busy host
+        return run(argv)
+
+    fake.run = recording
+    state = {"InvocationID": "inv0", "MainPID": "100", "NRestarts": "0", "ActiveState": "active"}
+    assert watch(fake.host(), {"a@1.service": state, "a@2.service": state}, until=1.5) == (None, None)
+    assert all(max(t for n, t in seen if n == name) >= 1.5 for name in ("a@1.service", "a@2.service")), seen

@@ -61,3 +61,10 @@ def test_check_mode_names_what_would_be_written_and_writes_nothing(tmp_path):
 def test_a_name_that_is_not_a_unit_file_is_refused_before_anything(tmp_path):
     with pytest.raises(UnitFileError, match="'../passwd' is not a unit file name"):
         differing(str(tmp_path), {"../passwd": "x"})
+
+
+def test_a_unit_whose_mode_was_changed_by_hand_is_written_again(tmp_path):
+    (tmp_path / "shop.target").write_text(TARGET)
+    os.chmod(tmp_path / "shop.target", 0o666)
+    assert write(str(tmp_path), {"shop.target": TARGET}, Analyze(), check=False) == ["shop.target"]
+    assert oct(os.stat(tmp_path / "shop.target").st_mode & 0o777) == "0o644"
