@@ -31,6 +31,18 @@ def own_directory(path: str, mode: int, check: bool) -> bool:
     return True
 
 
+def same_file(path: str, data: bytes, mode: int, gid: int | None = 0) -> bool:
+    """Whether `path` is a regular file owned by root and `gid` with `mode` that holds `data` (a link is not)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (0, gid, mode):
+            return False
+        with open(path, "rb") as fh:
+            return fh.read() == data
+    except FileNotFoundError:
+        return False
+
+
 def replace_file(path: str, data: bytes, mode: int = 0o644, gid: int = 0) -> None:
     """Write `path` by rename, owned by root and `gid` with `mode` before a byte is written, so a reader never sees
     half a file nor, for a secret, a moment with looser permissions."""

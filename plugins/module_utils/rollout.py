@@ -270,13 +270,9 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
             # Surge instances stop only once every instance of their type is stable.
             check_windows(later, surge, max((w[1] for w in windows.values()), default=None))
         _drain(host, surge)
-    settling = {}
-    if windows:
-        if not defer_settle:
-            check_windows([], [], max(w[1] for w in windows.values()))
-        else:
-            settling = {"until": max(w[1] for w in windows.values()), "since": min(w[2] for w in windows.values()),
-                        "units": {n: w[0] for n, w in windows.items()}}
+    # Without defer_settle every group ended with its windows watched: what is left goes to the caller.
+    settling = {"until": max(w[1] for w in windows.values()), "since": min(w[2] for w in windows.values()),
+                "units": {n: w[0] for n, w in windows.items()}} if windows else {}
     return {"restarted": restarted, "surge": surged, "settling": settling}
 
 

@@ -5,11 +5,9 @@ which writes them, and the worker role, which points the units at them."""
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 
-from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file
+from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file, same_file
 
 DELIVERIES = ("env_file", "credentials", "encrypted_credentials")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -103,14 +101,7 @@ def write_secret_files(directories: list[tuple[str, int]], files: list[tuple], c
     changed = [path for path, mode in directories if own_directory(path, mode, check)]
     for path, content, gid, mode in files:
         data = content.encode("utf-8")
-        try:
-            st = os.lstat(path)
-            with open(path, "rb") as fh:
-                same = stat.S_ISREG(st.st_mode) and fh.read() == data
-            same = same and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, gid, mode)
-        except FileNotFoundError:
-            same = False
-        if not same:
+        if not same_file(path, data, mode, gid):
             changed.append(path)
             if not check:
                 replace_file(path, data, mode, gid)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import tempfile
 from typing import Callable
 
-from ansible_collections.sturdy.workers.plugins.module_utils.files import replace_file
+from ansible_collections.sturdy.workers.plugins.module_utils.files import replace_file, same_file
 
 # A unit file name: what systemd loads from a unit directory (a template ends in @.service).
 UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]*)?\.(service|target|timer|socket|path|slice)$")
@@ -22,18 +21,6 @@ class UnitFileError(RuntimeError):
     pass
 
 
-def on_disk(path: str) -> bytes | None:
-    """The file's content when it is a regular file owned by root:root with mode 0644, else None (to be written)."""
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (0, 0, 0o644):
-            return None
-        with open(path, "rb") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return None
-
-
 def differing(directory: str, units: dict[str, str]) -> dict[str, str]:
     """The units whose file in `directory` is missing, has other content, or is not root's 0644: name -> the
     content on disk, for the diff ('' when missing)."""
@@ -43,11 +30,11 @@ def differing(directory: str, units: dict[str, str]) -> dict[str, str]:
     found = {}
     for name, content in units.items():
         path = os.path.join(directory, name)
-        if on_disk(path) != content.encode("utf-8"):
+        if not same_file(path, content.encode("utf-8"), 0o644):
             try:
                 with open(path, "rb") as fh:
                     found[name] = fh.read().decode("utf-8", "replace")
-            except OSError:
+            except FileNotFoundError:
                 found[name] = ""
     return found
 
@@ -64,16 +51,18 @@ def verify(name: str, content: str, run: Runner, scratch: str) -> None:
         raise UnitFileError(f"systemd-analyze verify refused {name}; nothing was written:\n{said}")
 
 
-def write(directory: str, units: dict[str, str], run: Runner, check: bool, validate: bool = True) -> list[str]:
-    """Write every unit of `units` (name -> content) whose file differs, root-owned 0644 and by rename, after all
-    of them passed systemd-analyze verify. Returns the names written (in check mode, that would be)."""
-    changed = differing(directory, units)
-    if check or not changed:
-        return sorted(changed)
+def write(directory: str, units: dict[str, str], run: Runner, check: bool, validate: bool = True,
+          changed: dict[str, str] | None = None) -> list[str]:
+    """Write every unit of `units` (name -> content) whose file differs (`changed`, from differing(), when the
+    caller has it), root-owned 0644 and by rename, after all of them passed systemd-analyze verify. Returns the
+    names written (in check mode, that would be)."""
+    names = sorted(differing(directory, units) if changed is None else changed)
+    if check or not names:
+        return names
     if validate:
         with tempfile.TemporaryDirectory(prefix="sturdy-units-") as scratch:
-            for name in sorted(changed):
+            for name in names:
                 verify(name, units[name], run, scratch)
-    for name in sorted(changed):
+    for name in names:
         replace_file(os.path.join(directory, name), units[name].encode("utf-8"), 0o644)
-    return sorted(changed)
+    return names

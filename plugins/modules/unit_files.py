@@ -98,7 +98,7 @@ def main():
 
     try:
         before = differing(p["directory"], units)
-        written = write(p["directory"], units, run, module.check_mode, p["validate"])
+        written = write(p["directory"], units, run, module.check_mode, p["validate"], before)
     except (UnitFileError, OSError) as exc:
         module.fail_json(msg=str(exc))
     reloaded = bool(written) and p["daemon_reload"] and not module.check_mode
