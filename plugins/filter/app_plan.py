@@ -12,7 +12,7 @@ description:
   - Turns the declaration (app, build, release root, process types, secrets and their delivery) into the facts every
     role of the collection needs, so none of them derives a name or a path itself.
   - "Paths: C(root) (C(/srv/<app>) unless given), C(releases), C(current), C(previous), C(lock) (the deploy lock),
-    C(incoming), C(release) (C(releases/<build>), empty without a build) and C(artifact) (made absolute against
+    C(release) (C(releases/<build>), empty without a build) and C(artifact) (made absolute against
     O(base_dir))."
   - "Units: C(target) (C(<app>.target)), C(marker) (the line that marks the collection's units), C(unit_dir),
     C(unit_files) (name patterns of the app's unit files), C(instance_pattern) (a regular expression for every

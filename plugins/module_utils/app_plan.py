@@ -66,8 +66,6 @@ def root_paths(root: str) -> dict[str, str]:
         "last_deploy": f"{root}/.last-deploy.json",
         # What the last successful deploy wrote (module_utils/deploy_state.py), root only.
         "deployed": f"{root}/.deployed.json",
-        # The artifact waits here between the copy and the install.
-        "incoming": f"{root}/.incoming",
     }
 
 

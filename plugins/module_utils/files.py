@@ -12,9 +12,10 @@ class NotADirectory(OSError):
     pass
 
 
-def own_directory(path: str, mode: int, check: bool) -> bool:
+def own_directory(path: str, mode: int, check: bool, parents: bool = False) -> bool:
     """Make `path` a root-owned directory with `mode` (created, or its owner and mode corrected); whether it
-    changed. A link to a directory is followed, as the file module does. In check mode only tells."""
+    changed. A link to a directory is followed, as the file module does. With `parents`, missing parents are
+    created root-owned 0755. In check mode only tells."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -24,6 +25,10 @@ def own_directory(path: str, mode: int, check: bool) -> bool:
     if st is not None and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, mode):
         return False
     if not check:
+        if st is None and parents:
+            parent = os.path.dirname(os.path.normpath(path))
+            if parent != path and not os.path.exists(parent):
+                own_directory(parent, 0o755, check, parents=True)
         if st is None:
             os.mkdir(path, mode)
         os.chown(path, 0, 0)

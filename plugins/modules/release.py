@@ -39,8 +39,17 @@ options:
   artifact:
     description:
       - Path on the host of the release artifact (C(.tar.gz) with C(MANIFEST.json) and C(wheelhouse/)).
-      - Needed only when the release is not installed yet.
+      - Needed only when the release is not installed yet. Mutually exclusive with O(src).
     type: path
+  src:
+    description:
+      - Path on the controller of the release artifact. The task uploads it to Ansible's temporary directory on the
+        host, installs the release from there and removes the upload, in one task (not in check mode, which installs
+        nothing).
+      - It is uploaded whenever it is given, so pass it only when the release is not installed yet (the release
+        role does, from its preflight's look at the release slot). Mutually exclusive with O(artifact).
+    type: path
+    version_added: 0.4.0
   checksum:
     description: Expected SHA-256 of O(artifact), hex. Required for O(state=present).
     type: str
@@ -85,6 +94,9 @@ options:
     elements: str
     default: []
 attributes:
+  action:
+    support: full
+    description: An action plugin uploads O(src) before the module runs.
   check_mode:
     support: full
     description: Reports what would be installed, switched or removed, and changes nothing.
@@ -107,7 +119,7 @@ EXAMPLES = r"""
   sturdy.workers.release:
     root: /srv/shop
     build_id: 2026.11.29-1
-    artifact: /srv/shop/.incoming/shop-2026.11.29-1.tar.gz
+    src: dist/shop-2026.11.29-1.tar.gz
     checksum: "{{ lookup('ansible.builtin.file', 'dist/shop-2026.11.29-1.tar.gz.sha256').split()[0] }}"
     keep: 5
 
@@ -223,13 +235,14 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
                 shutil.rmtree(layout.release(name))
         slot = check_slot(layout, build_id, p["checksum"].lower())
         for directory in (layout.root, layout.releases):
-            # Root-owned: the app's accounts cannot change its code.
-            result["changed"] = own_directory(directory, 0o755, check) or result["changed"]
+            # Root-owned: the app's accounts cannot change its code. Missing parents are made root's 0755 too.
+            result["changed"] = own_directory(directory, 0o755, check, parents=True) or result["changed"]
         if slot != "installed":
             result["changed"] = True
             if not check:
                 if not p["artifact"] or not os.path.isfile(p["artifact"]):
-                    raise ReleaseError(f"artifact {p['artifact']} not found on the host; copy it there first")
+                    raise ReleaseError(f"artifact {p['artifact']} not found on the host: pass src (the artifact on the "
+                                       "controller, uploaded by this task) or copy it there first")
                 install(layout, build_id, p["artifact"], p["checksum"].lower(), p["commit"], p["python"],
                         lambda argv, env: module.run_command(argv, environ_update=env))
         if p["remove_artifact"] and p["artifact"] and os.path.lexists(p["artifact"]) and not check:
@@ -322,6 +335,8 @@ def main():
             "state": {"type": "str", "choices": ["present", "current", "rolled_back"], "default": "present"},
             "build_id": {"type": "str"},
             "artifact": {"type": "path"},
+            # Taken by the action plugin, which passes the upload as artifact.
+            "src": {"type": "path"},
             "checksum": {"type": "str", "no_log": False},
             "commit": {"type": "str", "default": ""},
             "python": {"type": "path", "default": "/usr/bin/python3"},
@@ -332,6 +347,7 @@ def main():
             "remove_artifact": {"type": "bool", "default": False},
         },
         required_if=[("state", "present", ["build_id", "checksum"]), ("state", "current", ["build_id"])],
+        mutually_exclusive=[("artifact", "src")],
         supports_check_mode=True,
     )
     layout = Layout(module.params["root"])

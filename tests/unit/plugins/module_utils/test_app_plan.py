@@ -33,7 +33,7 @@ def test_paths_default_to_srv_app():
     p = shop()
     assert (p["root"], p["releases"], p["current"], p["previous"]) == (
         "/srv/shop", "/srv/shop/releases", "/srv/shop/current", "/srv/shop/previous")
-    assert p["lock"] == "/srv/shop/.deploy.lock" and p["incoming"] == "/srv/shop/.incoming"
+    assert p["lock"] == "/srv/shop/.deploy.lock" and "incoming" not in p
     assert p["release"] == "/srv/shop/releases/2026.11.29-2"
     assert (p["last_deploy"], p["deployed"]) == ("/srv/shop/.last-deploy.json", "/srv/shop/.deployed.json")
 

@@ -21,3 +21,17 @@ def test_a_file_where_the_directory_goes_is_refused_and_check_mode_creates_nothi
     with pytest.raises(NotADirectory, match="exists and is not a directory"):
         own_directory(str(tmp_path / "shop"), 0o755, check=False)
     assert own_directory(str(tmp_path / "new"), 0o755, check=True) and not (tmp_path / "new").exists()
+
+
+def test_missing_parents_are_made_root_owned_0755_only_when_asked(tmp_path):
+    old = os.umask(0o077)  # a strict umask does not make the parents unreadable to the app's accounts
+    try:
+        with pytest.raises(FileNotFoundError):
+            own_directory(str(tmp_path / "apps" / "srv" / "shop"), 0o700, check=False)
+        assert own_directory(str(tmp_path / "apps" / "srv" / "shop"), 0o700, check=False, parents=True)
+    finally:
+        os.umask(old)
+    modes = [oct(os.stat(d).st_mode & 0o777) for d in (tmp_path / "apps", tmp_path / "apps" / "srv",
+                                                        tmp_path / "apps" / "srv" / "shop")]
+    assert modes == ["0o755", "0o755", "0o700"]
+    assert {os.stat(tmp_path / "apps").st_uid, os.stat(tmp_path / "apps" / "srv").st_gid} == {0}
