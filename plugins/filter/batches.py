@@ -25,7 +25,9 @@ options:
     type: raw
     required: true
   hostvars:
-    description: Ansible's C(hostvars), where a value set in the inventory is looked up.
+    description:
+      - Ansible's C(hostvars), where a value set in the inventory is looked up. V(null) looks nowhere (a play's
+        C(serial) has no C(hostvars) under C(--syntax-check)).
     type: raw
   hosts:
     description: The hosts whose inventory values count (C(groups['all'])).
@@ -37,7 +39,7 @@ options:
 EXAMPLES = r"""
 - name: Switch and restart, host batch by host batch
   hosts: apps
-  serial: "{{ sturdy_deploy_serial | default('') | sturdy.workers.batches(hostvars, groups['all']) }}"
+  serial: "{{ sturdy_deploy_serial | default('') | sturdy.workers.batches(hostvars | default(none), groups['all']) }}"
   tasks: []
 """
 

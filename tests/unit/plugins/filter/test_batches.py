@@ -41,6 +41,7 @@ def test_a_value_set_in_the_inventory_batches_the_play_as_the_tasks_read_it():
     # An extra var is in every host's hostvars too, and the value the play was given wins.
     assert batches(2, {"app1": {"sturdy_deploy_serial": 2}}, ["app1"]) == [2]
     assert batches("", {"app1": {}}, ["app1"]) == [1, "100%"]
+    assert batches("", None, ["app1"]) == [1, "100%"]  # --syntax-check: a play has no hostvars
 
 
 def test_hosts_holding_different_values_are_refused_naming_them():
