@@ -39,7 +39,8 @@ options:
 EXAMPLES = r"""
 - name: Switch and restart, host batch by host batch
   hosts: apps
-  serial: "{{ sturdy_deploy_serial | default('') | sturdy.workers.batches(hostvars | default(none), groups['all']) }}"
+  # The collection's playbooks use query('sturdy.workers.deploy_batches'), which also reads the inventory's value.
+  serial: "{{ sturdy_deploy_serial | default('') | sturdy.workers.batches }}"
   tasks: []
 """
 
