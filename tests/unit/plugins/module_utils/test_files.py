@@ -31,7 +31,7 @@ def test_missing_parents_are_made_root_owned_0755_only_when_asked(tmp_path):
         assert own_directory(str(tmp_path / "apps" / "srv" / "shop"), 0o700, check=False, parents=True)
     finally:
         os.umask(old)
-    modes = [oct(os.stat(d).st_mode & 0o777) for d in (tmp_path / "apps", tmp_path / "apps" / "srv",
-                                                        tmp_path / "apps" / "srv" / "shop")]
+    made = (tmp_path / "apps", tmp_path / "apps" / "srv", tmp_path / "apps" / "srv" / "shop")
+    modes = [oct(os.stat(d).st_mode & 0o777) for d in made]
     assert modes == ["0o755", "0o755", "0o700"]
     assert {os.stat(tmp_path / "apps").st_uid, os.stat(tmp_path / "apps" / "srv").st_gid} == {0}
