@@ -16,30 +16,17 @@ description:
   - Takes what Ansible's C(serial) takes (a count, a percentage, or a list of them, whose last entry repeats), also
     written as text on the command line (C(-e 'sturdy_deploy_serial=[1, "25%"]')), and refuses anything else naming
     the variable and the fix, so a typo fails in preflight instead of inside Ansible's batching.
-  - A play's C(serial) sees extra vars and play vars, not the inventory's. Given O(hostvars) and O(hosts), a value set
-    in C(group_vars) or C(host_vars) is found there, so the plays batch as the tasks read it; hosts that hold different
-    values are refused, naming them, since one play batches them all with one value.
 options:
   _input:
-    description: The value of C(sturdy_deploy_serial); V(null) or empty for the default (or the inventory's).
+    description: The value of C(sturdy_deploy_serial); V(null) or empty for the default.
     type: raw
     required: true
-  hostvars:
-    description:
-      - Ansible's C(hostvars), where a value set in the inventory is looked up. V(null) looks nowhere (a play's
-        C(serial) has no C(hostvars) under C(--syntax-check)).
-    type: raw
-  hosts:
-    description: The hosts whose inventory values count (C(groups['all'])).
-    type: list
-    elements: str
-    default: []
 """
 
 EXAMPLES = r"""
 - name: Switch and restart, host batch by host batch
   hosts: apps
-  # The collection's playbooks use query('sturdy.workers.deploy_batches'), which also reads the inventory's value.
+  # The collection's playbooks use query('sturdy.workers.deploy_batches'), which also reads a value set in the inventory.
   serial: "{{ sturdy_deploy_serial | default('') | sturdy.workers.batches }}"
   tasks: []
 """
@@ -74,22 +61,7 @@ def _entry(value, raw):
         "hosts per batch; \"100%\" for every host at once); leave it unset for a canary and then the rest at once")
 
 
-def batches(value, hostvars=None, hosts=()):
-    if hostvars is not None:
-        found: dict[str, list] = {}
-        for host in hosts:
-            held = hostvars[host].get("sturdy_deploy_serial")
-            if held is not None and held != "":
-                found.setdefault(json.dumps(batches(held)), []).append(host)
-        if len(found) > 1:
-            raise AnsibleFilterError(
-                "sturdy_deploy_serial differs between hosts (" + "; ".join(
-                    f"{json.loads(key)} on {', '.join(held_by[:3])}{' and more' if len(held_by) > 3 else ''}"
-                    for key, held_by in found.items())
-                + "): one play batches every host with one value. Set it once (group_vars/all, or "
-                "-e 'sturdy_deploy_serial=[1,25%]')")
-        if (value is None or value == "") and found:
-            value = json.loads(next(iter(found)))
+def batches(value):
     raw = value
     if value is None or value == "":
         return list(DEFAULT)

@@ -9,16 +9,20 @@ short_description: The host batches of a rollout play, from C(sturdy_deploy_seri
 version_added: 0.4.0
 author: sturdy.workers contributors (@sturdy-workers)
 description:
-  - What the serial plays of the deploy, restart and rollback playbooks give their C(serial), and what their preflight
-    checks. It is P(sturdy.workers.batches#filter) applied to C(sturdy_deploy_serial) as an extra var or a play var
-    gives it, or else as the inventory (C(group_vars), C(host_vars)) sets it. A play's C(serial) sees no inventory
-    variables, so without this lookup a value in C(group_vars) would be checked by the tasks but not used by the
-    play. Hosts holding different values are refused, naming them, since one play batches every host with one value.
+  - The batches (P(sturdy.workers.batches#filter)) of the serial plays of the deploy, restart and rollback playbooks.
+    A play's C(serial) sees extra vars and play vars but no inventory variables, so a C(sturdy_deploy_serial) set in
+    C(group_vars) or C(host_vars) would be checked by the tasks and not used by the play.
+  - With the play's hosts as its term (the preflight, run by tasks), it reads C(sturdy_deploy_serial) as the tasks see
+    it. When that value comes from the inventory and the play's hosts hold different values, it fails, naming them,
+    since one play batches every host with one value.
+  - Without a term (a play's C(serial)), it takes an extra var or a play var, or else what this run's preflight read
+    (the C(batches) of the C(__sturdy_deploy_run) fact it set on the play's hosts), or else the default.
   - Use it with C(query), which keeps the list.
-notes:
-  - Ansible makes C(hostvars) when it starts a playbook's first play, after it has batched that play, so the
-    inventory's value is found from the second play on. The collection's serial plays all follow another play.
-options: {}
+options:
+  _terms:
+    description: The play's hosts (C(ansible_play_hosts_all)), given by the preflight only.
+    type: list
+    elements: str
 """
 
 EXAMPLES = r"""
@@ -35,14 +39,49 @@ _raw:
   elements: raw
 """
 
+import json
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 from ansible_collections.sturdy.workers.plugins.filter.batches import batches
 
 
+def _held(hostvars, hosts):
+    """The hosts' own (inventory and extra var) values, normalised: {batches as JSON: [hosts]}."""
+    held: dict[str, list] = {}
+    for host in hosts:
+        value = hostvars[host].get("sturdy_deploy_serial")
+        if value is not None and value != "":
+            held.setdefault(json.dumps(batches(value)), []).append(host)
+    return held
+
+
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         variables = variables or {}
-        given = self._templar.template(variables.get("sturdy_deploy_serial", ""))
-        # Under --syntax-check a play has no hostvars: nothing to look up then.
-        return batches(given, variables.get("hostvars"), variables.get("groups", {}).get("all", []))
+        hostvars = variables.get("hostvars")
+        if terms:
+            hosts = terms[0] if len(terms) == 1 and isinstance(terms[0], (list, tuple)) else terms
+            value = batches(self._templar.template(variables.get("sturdy_deploy_serial", "")))
+            held = _held(hostvars, hosts) if hostvars is not None else {}
+            # A play var the inventory does not hold wins for every host; a value held by some hosts came from there.
+            if len(held) > 1 and json.dumps(value) in held:
+                raise AnsibleLookupError(
+                    "sturdy_deploy_serial differs between the play's hosts (" + "; ".join(
+                        f"{json.loads(key)} on {', '.join(names[:3])}{' and more' if len(names) > 3 else ''}"
+                        for key, names in held.items())
+                    + "): one play batches every host with one value. Set it once for them (their group_vars, or "
+                    "-e 'sturdy_deploy_serial=[1,25%]')")
+            return value
+        if "sturdy_deploy_serial" in variables:
+            return batches(self._templar.template(variables["sturdy_deploy_serial"]))
+        # Under --syntax-check, and in a playbook's first play, Ansible has no hostvars yet.
+        if hostvars is not None:
+            runs = [hostvars[host].get("__sturdy_deploy_run") for host in variables.get("groups", {}).get("all", [])]
+            runs = [run for run in runs if isinstance(run, Mapping) and "batches" in run]
+            if runs:
+                # The latest: an earlier deploy in the same ansible-playbook run may have left its own.
+                return batches(max(runs, key=lambda run: float(run["started"]))["batches"])
+        return batches("")

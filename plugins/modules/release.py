@@ -225,6 +225,9 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
         if not build_id or not BUILD_ID.match(build_id):
             raise ReleaseError(f"build_id={build_id!r}: use letters, digits and . _ + - (for example 2026.11.29-1)")
 
+    if p["src"]:
+        raise ReleaseError("src is uploaded by the release action plugin: call the module as sturdy.workers.release "
+                           "from a task, or copy the artifact to the host and pass artifact")
     if state == "present":
         if not p["checksum"]:
             raise ReleaseError("checksum is required with state=present (the artifact's SHA-256)")
