@@ -26,7 +26,7 @@ options:
 EXAMPLES = r"""
 - name: Switch and restart, host batch by host batch
   hosts: apps
-  # The collection's playbooks use query('sturdy.workers.deploy_batches'), which also reads a value set in the inventory.
+  # The collection's playbooks use query('sturdy.workers.deploy_batches'), which also reads a group_vars value.
   serial: "{{ sturdy_deploy_serial | default('') | sturdy.workers.batches }}"
   tasks: []
 """
