@@ -18,11 +18,11 @@ import json
 import os
 from typing import Any
 
+from ansible_collections.sturdy.workers.plugins.module_utils.files import replace_file, same_file
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     ReleaseError,
     read_json,
     sha256_file,
-    write_file,
 )
 
 RECORD_VERSION = 1
@@ -156,12 +156,8 @@ def read_record(path: str) -> dict[str, Any] | None:
 
 def write_json(path: str, data: dict[str, Any], mode: int) -> bool:
     """Write `data` to `path` atomically with `mode`; False when the file already held it."""
-    text = json.dumps(data, sort_keys=True, indent=1) + "\n"
-    try:
-        with open(path, encoding="utf-8") as fh:
-            if fh.read() == text and (os.stat(path).st_mode & 0o777) == mode:
-                return False
-    except OSError:
-        pass
-    write_file(path, text, mode)
+    text = (json.dumps(data, sort_keys=True, indent=1) + "\n").encode("utf-8")
+    if same_file(path, text, mode):
+        return False
+    replace_file(path, text, mode)
     return True

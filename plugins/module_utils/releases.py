@@ -15,7 +15,6 @@ import tarfile
 from typing import Callable
 
 from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import BUILD_ID, release_dir, root_paths
-from ansible_collections.sturdy.workers.plugins.module_utils.files import replace_file
 
 RELEASE_FILE = "RELEASE.json"
 MANIFEST_FILE = "MANIFEST.json"
@@ -256,11 +255,6 @@ def agent_changes(release: str, source: str) -> dict[str, str]:
             pass
         changes[path] = content
     return changes
-
-
-def write_file(path: str, content: str, mode: int = 0o644) -> None:
-    """Write by rename, so a reader never sees half a file; root's, with `mode` from its creation on."""
-    replace_file(path, content.encode("utf-8"), mode)
 
 
 def missing_executables(release: str, executables: dict[str, str]) -> list[str]:

@@ -191,7 +191,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory
+from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     BUILD_ID,
     Layout,
@@ -206,7 +206,6 @@ from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     prune_plan,
     release_state,
     replace_link,
-    write_file,
 )
 
 
@@ -284,7 +283,7 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
             result["changed"] = result["changed"] or bool(changes)
             for path, content in changes.items():
                 if not check:
-                    write_file(path, content)
+                    replace_file(path, content.encode("utf-8"), 0o644)
         releases = [r["build_id"] for r in plan if r["build_id"] not in result["removed"]]
         result["changed"] = result["changed"] or bool(result["removed"])
 
@@ -350,7 +349,6 @@ def main():
             "remove_artifact": {"type": "bool", "default": False},
         },
         required_if=[("state", "present", ["build_id", "checksum"]), ("state", "current", ["build_id"])],
-        mutually_exclusive=[("artifact", "src")],
         supports_check_mode=True,
     )
     layout = Layout(module.params["root"])

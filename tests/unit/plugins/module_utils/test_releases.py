@@ -206,14 +206,15 @@ def test_in_use_reports_processes_it_may_not_inspect(tmp_path):
 
 
 def test_agent_changes_lists_only_missing_or_different_files(tmp_path):
-    from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_changes, write_file
+    from ansible_collections.sturdy.workers.plugins.module_utils.files import replace_file
+    from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_changes
 
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
     changes = agent_changes(str(tmp_path), "AGENT")
     assert changes == {str(site / "sturdy_agent.py"): "AGENT\n", str(site / "sturdy_agent.pth"): "import sturdy_agent\n"}
     for path, content in changes.items():
-        write_file(path, content)
+        replace_file(path, content.encode("utf-8"))
     assert agent_changes(str(tmp_path), "AGENT") == {}
     assert list(agent_changes(str(tmp_path), "AGENT v2")) == [str(site / "sturdy_agent.py")]
 
