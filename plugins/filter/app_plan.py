@@ -21,9 +21,10 @@ description:
   - "C(secrets): where the secrets live and the unit lines that load them (see M(sturdy.workers.secret_layout))."
   - "C(processes): each declaration with C(template), C(units) (C(<app>-<name>@1..N.service)), C(unit_pattern),
     C(user), C(group), C(adapter), C(smoke) (whether its instances answer smoke jobs), C(command) with its
-    executable resolved against C(current) (a command may be given relative to the release, C(bin/shop-worker)),
-    C(member) (that executable's path inside the release, or none for a path outside it) and
-    C(working_directory) (C(current) by default for a command given relative to the release).
+    executable resolved against the build's release (C(releases/<build>), or C(current) without a build; a command
+    may be given relative to the release, C(bin/shop-worker), or under C(current/)), C(member) (that executable's
+    path inside the release, or none for a path outside it) and C(working_directory) (the release by default for a
+    command given relative to it). A unit so names the build it was written for, whatever C(current) names.
     C(smoke_processes) lists the smoke-testable ones."
   - "C(executables): every path inside the release that a process type or the migration runs, mapped to the
     variable that declares it; C(migrate): the migration command resolved against C(release)."
@@ -77,6 +78,13 @@ options:
     description: The directory a relative O(artifact) starts at (the playbook's directory).
     type: str
     default: ""
+  secrets_generation:
+    description:
+      - The generation of secret values (C(/etc/<app>/secrets/<n>/)) the units load; C(0) means the live paths
+        (C(/etc/<app>/<app>.env), C(/etc/<app>/credentials/)), which a deploy keeps as links to the live release's.
+    type: int
+    default: 0
+    version_added: 0.5.0
 """
 
 EXAMPLES = r"""
@@ -106,14 +114,15 @@ from ansible.errors import AnsibleFilterError
 
 
 def app_plan(app, build_id="", root="", processes=None, secrets=None, delivery="env_file", user="", group="",
-             migrate_command=None, artifact="", base_dir=""):
+             migrate_command=None, artifact="", base_dir="", secrets_generation=0):
     from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import AppPlanError, plan
 
     try:
         result = plan(app, build_id=build_id or "", root=root or "", processes=processes or [],
                       secrets=list((secrets or {}).keys()) if isinstance(secrets, dict) else secrets,
                       delivery=delivery, user=user or "", group=group or "", migrate_command=migrate_command or [],
-                      artifact=artifact or "", base_dir=base_dir or "")
+                      artifact=artifact or "", base_dir=base_dir or "",
+                      secrets_generation=int(secrets_generation or 0) or None)
     except (AppPlanError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"app_plan: {exc}") from None
     return dict(result, agent_digest=agent_digest())

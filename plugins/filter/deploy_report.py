@@ -17,7 +17,8 @@ options:
     description:
       - Host name to its record, a dictionary with C(marks) (phase name to the UNIX time it ended), C(failure),
         C(before) and C(after) (M(sturdy.workers.unit_health) units), C(switch) (C(changed), C(current),
-        C(previous)), C(smoke) (M(sturdy.workers.smoke_test) results), C(restarted) (M(sturdy.workers.rolling_restart)
+        C(previous), C(release), C(from): the releases of M(sturdy.workers.release_config)), C(release_before),
+        C(release), C(rolled_back_release), C(migrations_since), C(smoke) (M(sturdy.workers.smoke_test) results), C(restarted) (M(sturdy.workers.rolling_restart)
         C(restarted)), C(surge) (its C(surge)), C(rolled_back_to), C(rollback_failure) (C(task), C(msg), C(current)), C(queues)
         (M(sturdy.workers.app_status) C(queues), on the host that read them) and C(queue_smoke)
         (M(sturdy.workers.smoke_test) C(queues), the real-queue smoke on that host).
@@ -57,7 +58,9 @@ _value:
       batches, P(sturdy.workers.batches#filter)), C(result) (C(success), C(failed) or
       C(rolled_back)), C(failures), C(seconds), C(phases), C(hosts) (per host C(from), C(to), C(switched),
       C(unchanged) (nothing differed from the last successful deploy of the build, so only smoke jobs ran),
-      C(differs) (why a host already on the build was deployed in full again), C(rolled_back_to) and C(instances),
+      C(differs) (why a host already on the build was deployed in full again), C(release_from) and C(release) (the
+      releases, a build with its config), C(rolled_back_to), C(rolled_back_release), C(migrations_since) (the
+      migrations a rollback did not undo) and C(instances),
       each with its smoke answer's build, latency, C(smoke_ran_in),
       C(smoke_busy), C(settings), the worker's reliability settings as it runs them, C(stop_seconds) and
       C(stop_timed_out), whether its stop used the whole C(TimeoutStopSec=)), C(queues) (per Celery
@@ -115,10 +118,11 @@ def _instances(record: dict) -> dict:
 def _message(report: dict, rollback_failures: list[str], rollback: bool) -> str:
     if report["result"] == "success":
         return ""
-    rolled_back = sorted({h["rolled_back_to"] for h in report["hosts"].values() if h["rolled_back_to"]})
+    rolled_back = sorted({h["rolled_back_release"] or h["rolled_back_to"] for h in report["hosts"].values()
+                          if h["rolled_back_to"]})
     if rolled_back:
-        outcome = (f"Rolled back to {', '.join(rolled_back)} on the switched hosts; the bad release stays under "
-                   "releases/ for inspection.")
+        outcome = (f"Rolled back to {', '.join(rolled_back)} on the switched hosts, code and config; the bad release "
+                   "stays under releases/ for inspection." + migrations_words(report["hosts"]))
     elif rollback_failures:
         outcome = ""
     elif rollback:
@@ -128,6 +132,19 @@ def _message(report: dict, rollback_failures: list[str], rollback: bool) -> str:
         outcome = "Not rolled back (sturdy_deploy_rollback=false)."
     return " ".join(filter(None, [f"Deploy of {report['build_id']} failed: {' || '.join(report['failures'])}",
                                   " || ".join(rollback_failures), outcome]))
+
+
+def migrations_words(hosts: dict) -> str:
+    """What a rollback does not undo: the migrations that ran since the release it went back to was live."""
+    ran = {}
+    for host in hosts.values():
+        for m in host.get("migrations_since") or []:
+            ran.setdefault((m.get("release"), " ".join(m.get("command") or []), m.get("host"), m.get("at")), 1)
+    if not ran:
+        return ""
+    said = "; ".join(f"the migration of release {rel} ({cmd}) ran on {where} at {at}" for rel, cmd, where, at in ran)
+    return (f" Since that release was live, {said}: a rollback does not undo a migration, so the schema stays as it "
+            "left it. Whether to reverse it is your decision; the build rolled back to must work with it.")
 
 
 def _queue_line(name: str, q: dict) -> str:
@@ -189,6 +206,13 @@ def deploy_report(records, run, plan, finished, rollback=True):
             "differs": record.get("differs") or "",
             "switched": bool(switch.get("changed")),
             "rolled_back_to": record.get("rolled_back_to"),
+            # The releases (a build and its config: <build>, or <build>~<n> for another config of it) before and
+            # after, the one a rollback went back to, and the migrations that ran since it was live.
+            "release_from": switch.get("from") or record.get("release_before") if not unchanged
+            else record.get("release_before"),
+            "release": switch.get("release") or record.get("release") or record.get("release_before"),
+            "rolled_back_release": record.get("rolled_back_release") or None,
+            "migrations_since": record.get("migrations_since") or [],
             "instances": _instances(record),
             # Started beside the instances before their restart, told to stop after it.
             "surge": record.get("surge") or [],
@@ -221,9 +245,11 @@ def deploy_report(records, run, plan, finished, rollback=True):
                          "restarted, the instances proven by their smoke jobs (-e sturdy_deploy_force=true redoes "
                          "every step)")
         else:
-            lines.append(f"{name}: {host['from'] or '(no release)'} -> {host['to']}"
+            lines.append(f"{name}: {host['release_from'] or host['from'] or '(no release)'} -> "
+                         f"{host['release'] or host['to']}"
                          + (f", again in full ({host['differs']})" if host["differs"] else "")
-                         + (f", rolled back to {host['rolled_back_to']}" if host["rolled_back_to"] else ""))
+                         + (f", rolled back to {host['rolled_back_release'] or host['rolled_back_to']}"
+                            if host["rolled_back_to"] else ""))
         for unit, inst in host["instances"].items():
             smoke = (f"smoke {inst['smoke_build']} in {inst['smoke_latency']}s" if inst["smoke_build"] else "no smoke job")
             if inst["smoke_ran_in"] == "worker":

@@ -111,6 +111,8 @@ def member(path: str, current: str) -> str | None:
 
 def resolve(path: str, release: str, current: str) -> str:
     """`path` (relative to a release, under current/, or absolute elsewhere) as an absolute path in `release`."""
+    if path.rstrip("/") == current:
+        return release
     inside = member(path, current)
     return path if inside is None else f"{release}/{inside}"
 
@@ -160,7 +162,11 @@ def rollout(app: str, name: str, declared: dict[str, Any], instances: int) -> di
             "max_unavailable": most}
 
 
-def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str, group: str) -> dict[str, Any]:
+def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str, group: str,
+             release: str = "") -> dict[str, Any]:
+    """One process type planned. With `release` (a build's directory), its command and working directory given
+    inside the release (relative, or under current/) name that directory: a unit then runs the build it was written
+    for, whatever `current` names, and switching is writing the units."""
     name = declared.get("name")
     if not isinstance(name, str) or not PROCESS_NAME.match(name):
         raise AppPlanError(f"sturdy_processes[].name={json.dumps(name)}: a process type name is lower-case letters, "
@@ -168,15 +174,16 @@ def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str
     where = f"sturdy_processes[{name}]"
     command = declared.get("command")
     inside = _argv_member(command, f"{where}.command", "[bin/shop-worker, --concurrency, '4']", root["current"])
+    runs_from = release or root["current"]
     workdir = declared.get("working_directory")
     if workdir is not None:
         try:
-            workdir = resolve(str(workdir), root["current"], root["current"])
+            workdir = resolve(str(workdir), runs_from, root["current"])
         except AppPlanError as exc:
             raise AppPlanError(f"{where}.working_directory: {exc}") from None
     elif not command[0].startswith("/"):
         # A command given relative to the release runs from it, as the smoke test expects.
-        workdir = root["current"]
+        workdir = runs_from
     instances = declared.get("instances")
     instances = 1 if instances is None else int(instances)
     adapter = declared.get("adapter") or "none"
@@ -188,7 +195,7 @@ def _process(app: str, root: dict[str, str], declared: dict[str, Any], user: str
         "instances": instances,
         "user": declared.get("user") or user,
         "group": declared.get("group") or group,
-        "command": [resolve(command[0], root["current"], root["current"]), *command[1:]],
+        "command": [resolve(command[0], runs_from, root["current"]), *command[1:]],
         "member": inside,
         "working_directory": workdir,
         "queues": list(declared.get("queues") or []),
@@ -225,11 +232,14 @@ def plan(
     migrate_command: list[str] | None = None,
     artifact: str = "",
     base_dir: str = "",
+    secrets_generation: int | None = None,
 ) -> dict[str, Any]:
     """Everything derived from an app's declaration.
 
     `build_id` may be empty (a role used without a release); `artifact` relative to `base_dir` (the playbook's
-    directory) is made absolute; `migrate_command` is resolved against the build's release.
+    directory) is made absolute; `migrate_command` is resolved against the build's release, and so are the process
+    types' commands; `secrets_generation` names the generation of secret values the units load (none: the live
+    paths, links to the live release's generation).
     """
     check_app(app)
     if build_id:
@@ -238,18 +248,21 @@ def plan(
     user = user or app
     group = group or app
     try:
-        secret_layout = layout(app, delivery or "env_file", sorted(str(n) for n in (secrets or [])))
+        secret_layout = layout(app, delivery or "env_file", sorted(str(n) for n in (secrets or [])),
+                               int(secrets_generation) if secrets_generation else None)
     except SecretSpecError as exc:
         raise AppPlanError(str(exc)) from None
-    procs = [_process(app, where, dict(p), user, group) for p in (processes or [])]
+    release = release_dir(where["root"], build_id) if build_id else ""
+    procs = [_process(app, where, dict(p), user, group, release) for p in (processes or [])]
     names = [p["name"] for p in procs]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise AppPlanError(f"sturdy_processes[].name={json.dumps(twice[0])} is declared more than once: declare each "
                            "process type once")
-    release = release_dir(where["root"], build_id) if build_id else ""
     # Every path inside the release something runs, and what declares it (as a message would name it).
-    executables = {p["member"]: f"sturdy_processes[{p['name']}].command[0]={p['command'][0]}" for p in procs
+    # As declared: the message names what the user wrote.
+    declared = {str(p.get("name")): (p.get("command") or [""])[0] for p in (processes or [])}
+    executables = {p["member"]: f"sturdy_processes[{p['name']}].command[0]={declared[p['name']]}" for p in procs
                    if p["member"]}
     migrate = None
     if migrate_command:

@@ -5,6 +5,7 @@ which writes them, and the worker role, which points the units at them."""
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file, same_file
@@ -19,8 +20,18 @@ class SecretSpecError(Exception):
     """A declaration the roles cannot turn into files; the message names the secret, never its value."""
 
 
-def layout(app: str, delivery: str, names: list[str]) -> dict:
-    """Paths and unit directives for `names` delivered by `delivery`."""
+def generation_directory(app: str, generation: int) -> str:
+    """Where one generation of an app's secret values lives: written once, never changed, named by the units of the
+    releases that use it (module_utils/release_configs.py)."""
+    return f"/etc/{app}/secrets/{int(generation)}"
+
+
+def layout(app: str, delivery: str, names: list[str], generation: int | None = None) -> dict:
+    """Paths and unit directives for `names` delivered by `delivery`.
+
+    Without `generation`, the live paths: /etc/<app>/<app>.env and /etc/<app>/credentials/, which a deploy keeps as
+    links to the live release's generation (what status, diagnose and the other readers load, as the app runs now).
+    With one, that generation's own files, which a release's units name."""
     if delivery not in DELIVERIES:
         raise SecretSpecError(f"sturdy_secrets_delivery={delivery!r}: choose one of {', '.join(DELIVERIES)}")
     bad = [n for n in names if not NAME.match(str(n))]
@@ -28,8 +39,9 @@ def layout(app: str, delivery: str, names: list[str]) -> dict:
         raise SecretSpecError(f"sturdy_secrets names {bad} are not usable as environment variable or credential "
                               "names: use letters, digits and '_', not starting with a digit (for example BROKER_URL)")
     directory = f"/etc/{app}"
-    credentials = f"{directory}/credentials"
-    env_path = f"{directory}/{app}.env"
+    where = directory if generation is None else generation_directory(app, generation)
+    credentials = f"{where}/credentials"
+    env_path = f"{where}/{app}.env"
     files = {}
     directives = []
     if delivery == "env_file":
@@ -46,6 +58,10 @@ def layout(app: str, delivery: str, names: list[str]) -> dict:
     return {
         "delivery": delivery,
         "directory": directory,
+        "generation": generation,
+        "generation_directory": where,
+        # The live paths, links to the live release's generation once a deploy has written one.
+        "live": {"env_file": f"{directory}/{app}.env", "credentials_directory": f"{directory}/credentials"},
         "env_file": env_path,
         "credentials_directory": credentials,
         "credential_files": files,
@@ -79,6 +95,8 @@ def wanted_files(where: dict, values: dict, gid: int | None) -> tuple[list[tuple
     may read the environment file (None: not there yet, as in check mode)."""
     delivery = where.get("delivery")
     directories = [(where["directory"], 0o755)]
+    if where.get("generation") is not None:
+        directories += [(posixpath.dirname(where["generation_directory"]), 0o755), (where["generation_directory"], 0o755)]
     files = []
     if delivery == "env_file":
         if values:

@@ -47,8 +47,8 @@ def test_failure_and_rollback_are_reported():
                         1070.0)
     assert rep["result"] == "rolled_back" and rep["failures"] == ["h1: boom"]
     assert rep["hosts"]["h2"]["instances"]["shop-worker@1.service"]["restarted"] is False
-    assert rep["message"] == ("Deploy of 2 failed: h1: boom Rolled back to 1 on the switched hosts; the bad release "
-                              "stays under releases/ for inspection.")
+    assert rep["message"] == ("Deploy of 2 failed: h1: boom Rolled back to 1 on the switched hosts, code and config; "
+                              "the bad release stays under releases/ for inspection.")
     failed = deploy_report({"h1": record(failure="h1: boom")}, RUN, PLAN, 1070.0)
     assert failed["summary"][0].startswith("deploy shop 2: failed in 70.0s") and failed["summary"][-1] == "FAILED: h1: boom"
 

@@ -17,6 +17,7 @@ WORKER = {"name": "worker", "adapter": "celery", "celery_app": "shop.celery", "q
 WEB = {"name": "web", "command": ["/srv/shop/current/bin/shop-web", "--port", "8000"], "user": "www",
        "working_directory": "/srv/shop/current"}
 BEAT = {"name": "beat", "command": ["/usr/bin/celery", "beat"], "singleton": True}
+RELEASE = "/srv/shop/releases/2026.11.29-2"
 
 
 def shop(**kw):
@@ -49,7 +50,7 @@ def test_state_files_are_every_file_a_deploy_writes():
 def test_root_can_be_moved_and_is_normalised():
     p = shop(root="/opt/apps/shop/")
     assert p["current"] == "/opt/apps/shop/current" and p["lock"] == "/opt/apps/shop/.deploy.lock"
-    assert by_name(p, "worker")["command"][0] == "/opt/apps/shop/current/bin/shop-worker"
+    assert by_name(p, "worker")["command"][0] == "/opt/apps/shop/releases/2026.11.29-2/bin/shop-worker"
 
 
 def test_no_build_no_release():
@@ -109,23 +110,29 @@ def test_each_real_queue_is_smoke_tested_once_through_a_process_type_that_consum
         ("worker", ["default"]), ("sweeper", ["sweeps"])]
 
 
-def test_relative_commands_resolve_against_current_and_run_from_it():
+def test_commands_inside_the_release_name_the_build_and_run_from_it():
+    # A unit names the build it was written for: switching is writing the units, whatever current names.
     worker = by_name(shop(), "worker")
-    assert worker["command"] == ["/srv/shop/current/bin/shop-worker", "-Q", "default"]
+    assert worker["command"] == [f"{RELEASE}/bin/shop-worker", "-Q", "default"]
     assert worker["member"] == "bin/shop-worker"
+    assert worker["working_directory"] == RELEASE
+    # Without a build (status, the smoke client): through current.
+    worker = by_name(shop(build_id=""), "worker")
+    assert worker["command"][0] == "/srv/shop/current/bin/shop-worker"
     assert worker["working_directory"] == "/srv/shop/current"
 
 
 def test_absolute_commands_keep_working():
     web, beat = by_name(shop(), "web"), by_name(shop(), "beat")
-    assert web["command"][0] == "/srv/shop/current/bin/shop-web" and web["member"] == "bin/shop-web"
+    assert web["command"][0] == f"{RELEASE}/bin/shop-web" and web["member"] == "bin/shop-web"
+    assert web["working_directory"] == RELEASE
     assert beat["command"][0] == "/usr/bin/celery" and beat["member"] is None
     assert beat["working_directory"] is None
 
 
 def test_executables_name_what_declares_them():
     assert shop()["executables"] == {
-        "bin/shop-worker": "sturdy_processes[worker].command[0]=/srv/shop/current/bin/shop-worker",
+        "bin/shop-worker": "sturdy_processes[worker].command[0]=bin/shop-worker",
         "bin/shop-web": "sturdy_processes[web].command[0]=/srv/shop/current/bin/shop-web",
         "bin/shop-migrate": "sturdy_migrate_command[0]=bin/shop-migrate",
     }
@@ -140,7 +147,7 @@ def test_migration_resolves_against_the_new_release():
 
 def test_venv_commands_are_members_too():
     p = shop(processes=[{"name": "worker", "command": ["venv/bin/celery", "-A", "shop", "worker"]}])
-    assert p["executables"] == {"venv/bin/celery": "sturdy_processes[worker].command[0]=/srv/shop/current/venv/bin/celery",
+    assert p["executables"] == {"venv/bin/celery": "sturdy_processes[worker].command[0]=venv/bin/celery",
                                 "bin/shop-migrate": "sturdy_migrate_command[0]=bin/shop-migrate"}
 
 
