@@ -43,6 +43,7 @@ RETURN = r"""
 _value:
   description:
     - The report, a dictionary with C(app), C(time), C(builds) (build to the hosts C(current) names it on),
+      C(releases) (the live release, a build and its config, to the hosts it is live on),
       C(running) (build to the C(host process) pairs running it), C(queues) (queue name to its depth, oldest
       message, consumers and the host it was read from), C(hosts) (per host the app_status result or
       C(error)), C(problems) (list of strings) and C(summary) (lines for the console).
@@ -127,6 +128,7 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
     hosts: dict = {}
     problems: list[str] = []
     builds: dict[str, list[str]] = {}
+    releases: dict[str, list[str]] = {}
     running: dict[str, list[str]] = {}
     queues: dict[str, dict] = {}
     rows = []
@@ -139,13 +141,14 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
                             f"{str(why).strip()[:300]}). Next: check that the host is up and reachable, then run the "
                             "status again")
             continue
-        hosts[host] = {k: result.get(k) for k in ("current", "processes", "problems", "systemd_version")}
+        hosts[host] = {k: result.get(k) for k in ("current", "release", "processes", "problems", "systemd_version")}
         problems += result.get("problems") or []
         # Every host with workers reads the same broker: the first answer per queue is kept.
         for q in result.get("queues") or []:
             if q.get("queue") and (q["queue"] not in queues or queues[q["queue"]].get("error")):
                 queues[q["queue"]] = {**q, "host": host}
         builds.setdefault(result.get("current") or "(none)", []).append(host)
+        releases.setdefault(result.get("release") or result.get("current") or "(none)", []).append(host)
         for proc in result["processes"]:
             for inst in proc["instances"]:
                 rows.append(_row(host, inst))
@@ -169,10 +172,11 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
     summary += _table(COLUMNS, rows) if rows else ["(no process of the app on any host)"]
     if queues:
         summary += _queue_rows(queues)
-    summary.append("current: " + "; ".join(f"{b} on {', '.join(h)}" for b, h in sorted(builds.items())) if builds
+    summary.append("current: " + "; ".join(f"{b} on {', '.join(h)}" for b, h in sorted(releases.items())) if releases
                    else "current: (no host read)")
     summary += [f"PROBLEM {p}" for p in problems]
-    return {"app": app, "time": now, "builds": builds, "running": running, "queues": queues, "hosts": hosts,
+    return {"app": app, "time": now, "builds": builds, "releases": releases, "running": running, "queues": queues,
+            "hosts": hosts,
             "problems": problems,
             "summary": summary}
 

@@ -459,6 +459,9 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
     result["strays"] = stray_processes(plan, pids(), read, readlink, realpath)
     result["problems"] += stray_problems(host, result["strays"], current)
     result["systemd_version"] = version
+    # The live release (a build and its config: <build>, or <build>~<n> for another config of it).
+    live = readlink(f"{(plan.get('secrets') or {}).get('directory') or '/etc/' + plan['app']}/current")
+    result["release"] = posixpath.basename(live) if live else None
     result["queues"] = []
     if queues and current:
         release = realpath(plan["current"])

@@ -23,6 +23,7 @@ HELP = {
     "sturdy_restarts_last_hour": ("gauge", "Automatic restarts of the instance by systemd in the last hour."),
     "sturdy_old_release": ("gauge", "1 when the instance runs another build than the host's current release."),
     "sturdy_current_build_info": ("gauge", "The build the host's current release link points at."),
+    "sturdy_current_release_info": ("gauge", "The host's live release: its build and its config (<build>~<n>)."),
     "sturdy_queue_depth": ("gauge", "Messages waiting in the queue."),
     "sturdy_queue_consumers": ("gauge", "Workers that consume the queue and answered a ping."),
     "sturdy_queue_oldest_age_seconds": ("gauge", "How long the oldest waiting message has waited (0 when empty)."),
@@ -97,6 +98,8 @@ def samples(status: dict, plan: dict, counts: dict[str, dict], last_deploy: dict
             out.append(("sturdy_old_release", labels, bool(inst.get("old_release"))))
     if status.get("current"):
         out.append(("sturdy_current_build_info", {"app": app, "build": status["current"]}, 1))
+        out.append(("sturdy_current_release_info", {"app": app, "release": status.get("release") or status["current"],
+                                                    "build": status["current"]}, 1))
     for queue in status.get("queues", []):
         labels = {"app": app, "queue": queue.get("queue")}
         out.append(("sturdy_queue_read_ok", labels, not queue.get("error")))

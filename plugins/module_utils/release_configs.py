@@ -263,9 +263,10 @@ def units_of(layout: ConfigLayout, name: str) -> dict[str, str]:
     return found
 
 
-def resolve(layout: ConfigLayout, to: str) -> dict:
+def resolve(layout: ConfigLayout, to: str, exact: bool = False) -> dict:
     """The release `to` names (a build ID: its newest kept release; <build>~<n>: that one), or the previous one when
-    `to` is empty. Refused, naming the kept releases, when there is none."""
+    `to` is empty; with `exact`, the release named `to` alone. Refused, naming the kept releases, when there is
+    none."""
     kept = records(layout)
     names = ", ".join(r["name"] for r in reversed(kept)) or "none"
     current = layout.link(layout.current)
@@ -278,7 +279,9 @@ def resolve(layout: ConfigLayout, to: str) -> dict:
         to = previous
     # A build ID names its newest kept release (the first config of a build is named like it: <build>~1 names that
     # one alone); <build>~<n> names one release.
-    if to.endswith(f"{SEPARATOR}1"):
+    if exact:
+        chosen = [r for r in kept if r["name"] == to]
+    elif to.endswith(f"{SEPARATOR}1"):
         to = to[:-2]
         chosen = [r for r in kept if r["name"] == to]
     else:
@@ -387,13 +390,17 @@ def activate(layout: ConfigLayout, name: str, code: Layout, previous: str | None
 
 def prune(layout: ConfigLayout, keep: int, protected: set[str], kept_builds: set[str] | None,
           generations_in_use: set[int], check: bool) -> list[str]:
-    """Remove release configs beyond the `keep` newest (never a protected one: current, previous, the one being
-    deployed, one whose build a process runs) and those whose build is gone (`kept_builds`, None: not known), then
+    """Remove release configs beyond the `keep` newest that went live, those that never did, and those whose build is
+    gone (`kept_builds`, None: not known), never a protected one (current, previous, the one being deployed, one
+    whose build a process runs); then
     every generation of secrets no kept release and no unit file on the host names. The names removed."""
     kept = records(layout)
-    newest_first = [r["name"] for r in reversed(kept)]
+    # A release that never went live (its deploy was refused) is nothing to go back to: it goes first, so that
+    # refused deploys do not push the releases that ran out of `keep`.
+    ran = [r["name"] for r in reversed(kept) if r.get("activated")]
+    never = [r["name"] for r in kept if not r.get("activated")]
     gone = [r["name"] for r in kept if kept_builds is not None and r.get("build_id") not in kept_builds]
-    drop = [n for n in newest_first[keep:] if keep > 0] + gone
+    drop = [n for n in ran[keep:] if keep > 0] + never + gone
     removed = sorted({n for n in drop if n not in protected})
     if not check:
         for name in removed:
@@ -402,8 +409,8 @@ def prune(layout: ConfigLayout, keep: int, protected: set[str], kept_builds: set
             if staging.startswith(".staging-"):
                 shutil.rmtree(f"{layout.releases}/{staging}")
     used = {(r.get("secrets") or {}).get("generation") for r in kept if r["name"] not in removed}
-    for name in _listdir(layout.secrets):
-        if GENERATION.match(name) and int(name) not in used and int(name) not in generations_in_use:
+    for name in sorted((n for n in _listdir(layout.secrets) if GENERATION.match(n)), key=int):
+        if int(name) not in used and int(name) not in generations_in_use:
             removed.append(f"secrets/{name}")
             if not check:
                 shutil.rmtree(layout.generation(int(name)))
@@ -467,6 +474,7 @@ def adopt(layout: ConfigLayout, build_id: str, units: dict[str, str], config: di
     name, dummy = stage(layout, name, build_id, units, {**config, "secrets": secrets},
                         {**meta, "adopted": True}, check)
     if not check:
-        # Live already: it was, before this deploy.
+        # Live already: it was, before this deploy; kept as a release that ran.
+        annotate(layout, name, "activated", {"at": now(), "kind": "adopted"}, False)
         _point(layout.current, f"releases/{name}", False)
     return name

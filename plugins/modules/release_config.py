@@ -45,7 +45,9 @@ options:
     choices: [query, present, current, rolled_back, annotate]
     default: query
   name:
-    description: The release (O(state=present), O(state=current), O(state=annotate)).
+    description:
+      - The release (O(state=present), O(state=current), O(state=annotate)); with O(state=rolled_back), the release to
+        go back to by its exact name (a deploy's own rollback), instead of O(to).
     type: str
   build_id:
     description: With O(state=present), the build the release runs (installed under O(root)).
@@ -374,7 +376,8 @@ def main():
                 target = p["name"]
                 previous = before[0] if before[0] != target else before[1]
             else:
-                rec = resolve(layout, p["to"])
+                # The deploy's own rollback names the release live before it; the rollback playbook what it was given.
+                rec = resolve(layout, p["name"] or p["to"], exact=bool(p["name"]))
                 target, previous = rec["name"], None
                 out["migrations"] = migrations_since(layout, rec)
             done = activate(layout, target, code, previous, write_units, check)

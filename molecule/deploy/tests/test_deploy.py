@@ -97,7 +97,7 @@ def test_release_without_the_worker_command_fails_preflight_and_changes_nothing(
     result = deploy(B_NO_WORKER)
     assert result.returncode != 0
     text = said(result)
-    assert f"command[0]=/srv/shop/current/bin/shop-worker is missing in build {B_NO_WORKER}" in text, text[-3000:]
+    assert f"command[0]=bin/shop-worker is missing in build {B_NO_WORKER}" in text, text[-3000:]
     assert "Nothing was changed" in text
     for name in APPS:
         assert not host(name).file(f"/srv/shop/releases/{B_NO_WORKER}").exists
@@ -164,17 +164,26 @@ def test_a_task_the_running_build_does_not_know_and_one_it_cannot_call_wait_as_d
         assert all(host(name).service(unit).is_running for unit in WORKER_UNITS)
 
 
-def test_worker_listening_to_another_queue_fails_the_real_queue_smoke():
+def test_worker_listening_to_another_queue_fails_the_real_queue_smoke_and_goes_back_to_the_queue_it_consumed():
     result = deploy(B2, shop_worker_queue="orders")
     assert result.returncode != 0
     text = said(result)
     assert "No worker took the smoke job sent to queue 'default'" in text, text[-4000:]
     assert "consume orders" in text
-    # Same build, nothing switched: nothing to roll back, and the message says so instead of claiming a rollback.
-    assert "Nothing was rolled back" in text
-    assert all(current(name) == B2 for name in APPS)
+    # The same build with another declaration is a release of its own: the switched hosts go back to the one that ran
+    # before, units and declaration, and consume `default` again.
+    assert f"Rolled back to {B2} on the switched hosts, code and config" in text, text[-3000:]
+    rep = report()
+    assert rep["result"] == "rolled_back"
+    for name in WORKERS:
+        assert rep["hosts"][name]["release"].startswith(f"{B2}~") and rep["hosts"][name]["rolled_back_release"] == B2
+        assert current(name) == B2
+        for unit in WORKER_UNITS:
+            assert "-Q default" in host(name).check_output(f"systemctl show -P ExecStart {unit}")
+            assert rep["hosts"][name]["instances"][unit]["smoke_build"] == B2
+    assert task(WEB, "after-orders")["build_id"] == B2
     # The report's message, the last thing the run prints, carries the reason, not "One or more items failed".
-    message = report()["message"]
+    message = rep["message"]
     assert "No worker took the smoke job sent to queue 'default'" in message and "One or more items" not in message, (
         message)
 

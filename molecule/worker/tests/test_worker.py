@@ -407,7 +407,7 @@ def _with(name: str, **changes) -> list[dict]:
 NEGATIVE = {
     "relative command path, resolved against a release that is not there": (
         {"sturdy_processes": _with("worker", command=["venv/bin/celery", "worker"])},
-        "sturdy_processes[worker].command[0]=/srv/demo/current/venv/bin/celery does not exist",
+        "sturdy_processes[worker].command[0]=/srv/demo/releases/test-1/venv/bin/celery does not exist",
     ),
     "command that climbs out of the release": (
         {"sturdy_processes": _with("worker", command=["../bin/celery", "worker"])},

@@ -106,3 +106,13 @@ def test_a_singleton_must_run_on_exactly_one_host():
     assert two == [two[0]] and two[0].startswith("the singleton beat runs on 2 hosts (a1, a2)")
     none = status_report(fleet(beat(), beat()), "shop", 0.0)["problems"]
     assert none == [none[0]] and none[0].startswith("the singleton beat runs on no host")
+
+
+def test_the_live_release_is_named_per_host_with_its_config():
+    rep = status_report({"w1": {**host("b2", ("worker", [inst("shop-worker@1.service", "b2")])), "release": "b2~2"},
+                         "w2": {**host("b2", ("worker", [inst("shop-worker@1.service", "b2")])), "release": "b2"}},
+                        "shop", 0.0)
+    assert rep["releases"] == {"b2~2": ["w1"], "b2": ["w2"]} and rep["hosts"]["w1"]["release"] == "b2~2"
+    assert rep["summary"][-1] == "current: b2 on w2; b2~2 on w1"
+    # One build, two configs: no build skew.
+    assert rep["problems"] == []

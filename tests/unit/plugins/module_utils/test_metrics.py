@@ -59,6 +59,10 @@ def test_every_instance_queue_and_count_becomes_a_sample():
     calm = {**STATUS, "processes": [{"name": "worker", "instances": [instance("shop-worker@1.service", last_hour=5)]}]}
     assert by_name(samples(calm, PLAN, {}, {}, 600, NOW))["sturdy_restarts_last_hour"][0][1] == 0
     assert got["sturdy_current_build_info"] == [({"app": "shop", "build": "b2"}, 1)]
+    # No release config recorded (a host deployed before them): the release is named after its build.
+    assert got["sturdy_current_release_info"] == [({"app": "shop", "release": "b2", "build": "b2"}, 1)]
+    assert by_name(samples({**STATUS, "release": "b2~3"}, PLAN, {}, {}, 600, NOW))["sturdy_current_release_info"] == [
+        ({"app": "shop", "release": "b2~3", "build": "b2"}, 1)]
     assert {labels["queue"]: value for labels, value in got["sturdy_queue_depth"]} == {"default": 3, "mail": 0}
     # An empty queue's oldest message is 0 s old; a queue that cannot be read has no depth, only read_ok 0.
     assert {labels["queue"]: value for labels, value in got["sturdy_queue_oldest_age_seconds"]} == {

@@ -179,12 +179,16 @@ def test_rollback_resolves_the_previous_release_a_build_or_a_name_and_names_the_
 
 def test_prune_keeps_the_newest_the_live_previous_and_used_ones_and_drops_unused_generations(where):
     layout, code, unit_dir = where
-    for n, (name, build) in enumerate((("b1", "b1"), ("b2", "b2"), ("b2~2", "b2"), ("b3", "b3")), start=1):
+    for n, (name, build) in enumerate((("b1", "b1"), ("b2", "b2"), ("b2~2", "b2"), ("b3", "b3"), ("b1~2", "b1")),
+                                      start=1):
         make(layout, name, build, gen=n)
+        if name != "b1~2":
+            annotate(layout, name, "activated", {"at": f"2026-12-0{n}"}, False)
     os.makedirs(layout.generation(9))
-    # b1: beyond keep=2 but protected (previous); b2: beyond keep=2; b3's build is gone.
+    # b1: beyond keep=2 but protected (previous); b2: beyond keep=2; b3's build is gone; b1~2 never went live (a
+    # refused deploy) and goes first.
     removed = prune(layout, 2, {"b1"}, {"b1", "b2"}, {9}, False)
-    assert removed == ["b2", "b3", "secrets/2", "secrets/4"]
+    assert removed == ["b1~2", "b2", "b3", "secrets/2", "secrets/4", "secrets/5"]
     assert [r["name"] for r in records(layout)] == ["b1", "b2~2"]
     # Generation 9 is named by a unit file on the host (a host not switched yet): kept.
     assert sorted(os.listdir(layout.secrets)) == ["1", "3", "9"]

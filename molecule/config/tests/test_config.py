@@ -1,0 +1,237 @@
+"""A release is a build and its config: a refused deploy changes nothing the running units read, and a rollback
+restores both. Each test starts from build 1 with the inventory's declaration and TOKEN_A (converge.yml) and leaves
+the hosts there."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from conftest import (
+    B1,
+    B2,
+    B3,
+    B5,
+    BOOKWORM,
+    SECRET,
+    TOKEN_A,
+    TOKEN_B,
+    TOKEN_C,
+    TRIXIE,
+    WORKERS,
+    deploy,
+    deploy_cmd,
+    everything_read,
+    host,
+    instances,
+    live_release,
+    playbook,
+    report,
+    restarted_answers,
+    running_build,
+    said,
+    secrets,
+    sha,
+    task,
+    token_seen,
+    wait_for,
+    worker,
+)
+
+UNITS = ["shop-worker@1.service", "shop-worker@2.service"]
+# The changed config every refused deploy below carries besides its cause: a rotated secret and another declaration
+# (three instances, an environment value).
+CHANGED = {"sturdy_secrets": secrets(TOKEN_B), "sturdy_processes": [worker(instances=3, SHOP_MARK="new")]}
+
+
+def on_build_1_as_converged() -> None:
+    for name in WORKERS:
+        assert instances(name) == UNITS, name
+        for unit in UNITS:
+            assert running_build(name, unit) == B1 and token_seen(name, unit) == sha(TOKEN_A), (name, unit)
+
+
+def lose_the_other_host() -> subprocess.CompletedProcess:
+    """Deploy build 5 and stop answering on trixie (the second batch) while the canary, bookworm, restarts."""
+    run = subprocess.Popen(deploy_cmd(B5, **CHANGED), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(f"{BOOKWORM}'s first instance on build 5", lambda: running_build(BOOKWORM, UNITS[0]) == B5, 300)
+        subprocess.run(["podman", "stop", "-t", "0", TRIXIE], check=True, capture_output=True)
+        out = run.communicate(timeout=600)[0]
+    finally:
+        if run.poll() is None:
+            run.kill()
+        subprocess.run(["podman", "start", TRIXIE], check=True, capture_output=True)
+    trixie = host(TRIXIE)
+    wait_for(f"{TRIXIE} back with its instances", lambda: all(
+        trixie.run(f"systemctl is-active {unit}").rc == 0 for unit in UNITS), 180)
+    # It was never switched; the lock of the run that lost it stays until a deploy takes it over.
+    trixie.check_output("rm -f /srv/shop/.deploy.lock")
+    return subprocess.CompletedProcess(run.args, run.returncode, out, "")
+
+
+# Every way a deploy ends before or at the canary, with a changed secret and declaration, and what the run says.
+WAYS = {
+    "a failed migration": (lambda: deploy(B5, sturdy_migrate_environment={"SHOP_MIGRATION_FAIL": "1"}, **CHANGED),
+                           "migration failed on purpose"),
+    # An absolute command that is not on the hosts: systemd-analyze refuses the unit when the release is installed.
+    "a unit systemd refuses": (lambda: deploy(B5, **CHANGED | {"sturdy_processes": [
+        *CHANGED["sturdy_processes"], {"name": "mailer", "command": ["/usr/local/bin/no-such-mailer"]}]}),
+        "systemd-analyze verify refused shop-mailer@.service"),
+    # The canary's instances start but answer with another build: its smoke jobs fail, it is rolled back.
+    "a failed smoke on the canary": (lambda: deploy(B5, **CHANGED | {"sturdy_processes": [
+        worker(instances=3, SHOP_MARK="new", STURDY_BUILD_ID="not-the-build")]}), "not-the-build"),
+    "a lost host": (lose_the_other_host, "the host cannot be reached"),
+}
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_a_deploy_that_ends_before_or_at_the_canary_leaves_what_the_running_units_read_byte_identical(way):
+    on_build_1_as_converged()
+    before = everything_read()
+    run, why = WAYS[way]
+    result = run()
+    assert result.returncode != 0
+    assert why in said(result), said(result)[-3000:]
+    assert SECRET not in result.stdout + result.stderr
+    assert everything_read() == before
+    # A crash, an OOM kill or a reboot restarts an instance hours later: it comes back as it ran.
+    for name in WORKERS:
+        assert instances(name) == UNITS, name
+        restarted_answers(name, UNITS[0], B1, TOKEN_A)
+
+
+def test_a_build_refused_for_the_tasks_messages_wait_for_leaves_what_the_running_units_read_byte_identical():
+    # Build 5 (it registers shopdemo.refund) live, its workers stopped while messages for the task wait.
+    assert deploy(B5).returncode == 0
+    try:
+        for name in WORKERS:
+            host(name).check_output("systemctl stop shop-worker@1.service shop-worker@2.service")
+        for n in range(2):
+            host(BOOKWORM).check_output(f"/usr/local/sbin/shop-task --send shopdemo.refund cfg-orphan-{n}")
+        before = everything_read()
+        refused = deploy(B1, **CHANGED)
+        assert refused.returncode != 0
+        assert f"Build {B1} does not register task(s) that queued messages are waiting for" in said(refused), \
+            said(refused)[-3000:]
+        assert everything_read() == before
+        for name in WORKERS:
+            host(name).check_output("systemctl start shop-worker@1.service shop-worker@2.service")
+            restarted_answers(name, UNITS[0], B5, TOKEN_A)
+    finally:
+        for name in WORKERS:
+            host(name).run("systemctl start shop-worker@1.service shop-worker@2.service")
+    # Back to build 1, which the orphans' messages would not fit: build 5 ran them (the queue is empty).
+    wait_for("the refund messages consumed", lambda: json.loads(host(BOOKWORM).check_output(
+        "/usr/local/sbin/shop-task --agent names --celery-app shopdemo.celery default").splitlines()[-1])
+        ["waiting"][0]["tasks"].get("shopdemo.refund", 0) == 0, 60)
+    result = playbook("rollback", "-e", f"sturdy_rollback_to={B1}")
+    assert result.returncode == 0, said(result)[-3000:]
+    on_build_1_as_converged()
+
+
+def test_a_renamed_queue_and_more_instances_that_fail_are_rolled_back_and_the_old_queue_is_consumed_again():
+    # Build 5 consumes `orders` only, three instances a host, while producers still send to `default` (declared): the
+    # real-queue smoke fails once both hosts are switched (one batch), and both go back.
+    result = deploy(B5, sturdy_deploy_serial=2, sturdy_processes=[worker(queues=("default", "orders"), consume="orders",
+                                                                         instances=3)])
+    assert result.returncode != 0
+    text = said(result)
+    assert "No worker took the smoke job sent to queue 'default'" in text, text[-3000:]
+    rep = report()
+    assert rep["result"] == "rolled_back" and all(rep["hosts"][n]["rolled_back_to"] == B1 for n in WORKERS), rep
+    for name in WORKERS:
+        assert instances(name) == UNITS, name
+        assert "-Q default" in host(name).check_output("systemctl show -P ExecStart shop-worker@1.service")
+    # The rollback's own smoke went through `default` again; and so does a producer's message.
+    for name in WORKERS:
+        assert task(name, f"old-queue-{name}")["build_id"] == B1
+    on_build_1_as_converged()
+
+
+def test_a_rollback_to_a_build_two_deploys_back_restores_its_units_declaration_and_secrets():
+    assert deploy(B5, sturdy_secrets=secrets(TOKEN_B), sturdy_processes=[worker(instances=3)]).returncode == 0
+    assert all(len(instances(name)) == 3 for name in WORKERS)
+    assert deploy(B2, sturdy_secrets=secrets(TOKEN_C), sturdy_processes=[worker(instances=1)]).returncode == 0
+    for name in WORKERS:
+        assert instances(name) == UNITS[:1] and token_seen(name, UNITS[0]) == sha(TOKEN_C)
+    # A release no host keeps is refused on every host before any changes, naming the kept ones.
+    refused = playbook("rollback", "-e", f"sturdy_rollback_to={B3}")
+    assert refused.returncode != 0
+    assert f"release {B3} is not kept here" in said(refused), said(refused)[-2000:]
+    assert re.search(rf"newest first: {B2}, {B5}(~\d+)?, {B1}", said(refused)), said(refused)[-2000:]
+    assert all(running_build(name, UNITS[0]) == B2 for name in WORKERS)
+    result = playbook("rollback", "-e", f"sturdy_rollback_to={B1}")
+    assert result.returncode == 0, said(result)[-3000:]
+    on_build_1_as_converged()
+    # The migrations of builds 5 and 2 ran since build 1 was live: the rollback says so, and leaves the schema.
+    text = said(result)
+    assert re.search(rf"the migration of release {B5}(~\d+)? \(bin/shop-migrate\) ran on {BOOKWORM}", text), text[-3000:]
+    assert f"the migration of release {B2} (bin/shop-migrate) ran on {BOOKWORM}" in text
+    assert "a rollback does not undo a migration" in text
+
+
+def test_a_secret_rotation_is_a_release_and_the_readme_rollback_restores_the_old_value():
+    (was,) = {live_release(name) for name in WORKERS}
+    result = deploy(B1, sturdy_secrets=secrets(TOKEN_B))
+    assert result.returncode == 0, said(result)[-3000:]
+    rep = report()
+    (name_of,) = {rep["hosts"][n]["release"] for n in WORKERS}
+    assert name_of.startswith(f"{B1}~"), rep["hosts"]
+    for name in WORKERS:
+        for unit in UNITS:
+            assert running_build(name, unit) == B1 and token_seen(name, unit) == sha(TOKEN_B), (name, unit)
+    # The README's rollback, as written: back to the previous release, build 1 with TOKEN_A.
+    result = playbook("rollback")
+    assert result.returncode == 0, said(result)[-3000:]
+    assert f"{name_of} -> {was}" in said(result), said(result)[-2000:]
+    assert all(live_release(name) == was for name in WORKERS)
+    on_build_1_as_converged()
+
+
+@pytest.mark.parametrize("value, shape", [(["a", "b"], "is a list"), ({"k": "v"}, "is a mapping"),
+                                          (True, "is true or false")])
+def test_a_secret_that_is_not_a_string_is_refused_naming_the_key_never_the_value(value, shape):
+    before = everything_read()
+    result = deploy(B5, sturdy_secrets=secrets(SHOP_EXTRA=value))
+    assert result.returncode != 0
+    assert f"sturdy_secrets: SHOP_EXTRA {shape}" in said(result), said(result)[-2000:]
+    assert "Nothing was changed" in said(result)
+    assert "'k': 'v'" not in said(result) and "['a', 'b']" not in said(result)
+    assert everything_read() == before
+
+
+LEGACY = """set -e
+cd /etc/shop
+if [ -L shop.env ]; then cp -p --remove-destination "$(readlink -f shop.env)" shop.env; fi
+if [ -L credentials ]; then src=$(readlink -f credentials); rm credentials; cp -a "$src" credentials; fi
+sed -i -E 's#/etc/shop/secrets/[0-9]+/#/etc/shop/#' /etc/systemd/system/shop-*.service
+rm -rf releases secrets current previous
+systemctl daemon-reload
+systemctl restart shop-worker@1.service shop-worker@2.service
+"""
+
+
+def test_a_host_deployed_before_release_configs_has_its_live_state_adopted_and_a_rollback_goes_back_to_it():
+    # Both hosts as the collection before release configs left them: secrets as files at the live paths, the unit
+    # files naming them, no release config.
+    for name in WORKERS:
+        host(name).check_output(LEGACY)
+    on_build_1_as_converged()
+    before = {name: {k: v for k, v in read.items() if not k.startswith("link ")}
+              for name, read in everything_read().items()}
+    result = deploy(B5, sturdy_secrets=secrets(TOKEN_B))
+    assert result.returncode == 0, said(result)[-3000:]
+    for name in WORKERS:
+        assert token_seen(name, UNITS[0]) == sha(TOKEN_B)
+        adopted = json.loads(host(name).check_output(f"cat /etc/shop/releases/{B1}/RELEASE.json"))
+        assert adopted["adopted"] and adopted["activated"], adopted
+    # Back to what ran before the upgrade: its unit files byte for byte, its secrets' bytes, its instances.
+    result = playbook("rollback")
+    assert result.returncode == 0, said(result)[-3000:]
+    after = {name: {k: v for k, v in read.items() if not k.startswith("link ")}
+             for name, read in everything_read().items()}
+    assert after == before
+    on_build_1_as_converged()
