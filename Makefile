@@ -109,7 +109,7 @@ unit: venv promtool collection-copy
 # The hosts mostly wait (restarts, stop timeouts, smoke jobs, task streams), so three lanes run on two cores; each lane
 # takes the next scenario of one queue, longest first (tools/molecule_lanes.sh). Every scenario has its own hosts and
 # network. A scenario named twice runs twice: how the suite is measured with more scenarios than it has.
-MOLECULE_SCENARIOS ?= faults deploy ownapp release rq rabbitmq worker
+MOLECULE_SCENARIOS ?= faults deploy config ownapp release rq rabbitmq worker
 MOLECULE_LANES ?= 3
 # Molecule finds the collection through this link to the checkout (its prerun is off: see .config/molecule).
 MOLECULE_COLLECTIONS := $(CURDIR)/.build/molecule-collections

@@ -19,7 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTION_WIDE = {
     "sturdy_app", "sturdy_processes", "sturdy_build_id", "sturdy_artifact",
-    "sturdy_secrets", "sturdy_secrets_delivery", "sturdy_secure_logging",
+    "sturdy_secrets", "sturdy_secrets_delivery", "sturdy_secrets_generation", "sturdy_secure_logging",
     # Owned by one role, read by the others that must agree with it (where releases live, who runs them, the
     # migration the deploy checks inside the release).
     "sturdy_release_root", "sturdy_worker_user", "sturdy_worker_group", "sturdy_migrate_command",

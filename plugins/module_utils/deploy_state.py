@@ -39,7 +39,10 @@ RUN_ONLY = (
     # Facts and results the roles set while they run.
     "sturdy_release_current", "sturdy_release_switch", "sturdy_release_rolled_back_from", "sturdy_release_built",
     "sturdy_release_executables", "sturdy_worker_restarted", "sturdy_worker_lease", "sturdy_worker_restart_pending",
-    "sturdy_worker_check_paths", "sturdy_worker_build_id", "sturdy_migrate_result",
+    "sturdy_worker_check_paths", "sturdy_worker_build_id", "sturdy_migrate_result", "sturdy_worker_units",
+    "sturdy_worker_rendered",
+    # Derived from the secrets (the generation that holds them), or the rollback playbook's own.
+    "sturdy_secrets_generation", "sturdy_rollback_to",
 )
 # The collection's parts whose change may change what a deploy writes.
 CODE_DIRS = ("roles", "plugins", "playbooks")

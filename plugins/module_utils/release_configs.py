@@ -231,8 +231,11 @@ def stage(layout: ConfigLayout, name: str, build_id: str, units: dict[str, str],
         raise ConfigError(f"release {name} is not a release of build {build_id}")
     final = layout.release(name)
     if os.path.lexists(final) and read_json(f"{final}/{RECORD_FILE}"):
-        raise ConfigError(f"release {name} exists already with another config; this is a bug in the naming, deploy "
-                          "again (the next name is taken)")
+        # Taken here (a live state recorded just now, a host that ran more configs of the build than the others):
+        # the next serial of the build on this host.
+        serial = max(parse_name(r["name"])[1] for r in records(layout) if r.get("build_id") == build_id) + 1
+        name = release_name(build_id, serial)
+        final = layout.release(name)
     if check:
         return name, True
     own_directory(layout.base, 0o755, False, parents=True)
@@ -276,7 +279,7 @@ def resolve(layout: ConfigLayout, to: str, exact: bool = False) -> dict:
             raise ConfigError(f"no previous release is recorded here (current is {current or 'none'}; a rollback "
                               f"clears it). Kept releases, newest first: {names}. Roll back to one of them with "
                               "-e sturdy_rollback_to=<release or build>")
-        to = previous
+        to, exact = previous, True
     # A build ID names its newest kept release (the first config of a build is named like it: <build>~1 names that
     # one alone); <build>~<n> names one release.
     if exact:
@@ -388,17 +391,24 @@ def activate(layout: ConfigLayout, name: str, code: Layout, previous: str | None
             "from_build": before_build, "previous": previous, "record": rec}
 
 
+def _failed(rec: dict) -> bool:
+    """A release that never went live (its deploy was refused), or that a rollback left since it last did."""
+    went = [a.get("at", "") for a in rec.get("activated") or []]
+    left = [a.get("at", "") for a in rec.get("abandoned") or []]
+    return not went or bool(left and max(left) >= max(went))
+
+
 def prune(layout: ConfigLayout, keep: int, protected: set[str], kept_builds: set[str] | None,
           generations_in_use: set[int], check: bool) -> list[str]:
-    """Remove release configs beyond the `keep` newest that went live, those that never did, and those whose build is
-    gone (`kept_builds`, None: not known), never a protected one (current, previous, the one being deployed, one
+    """Remove release configs beyond the `keep` newest that went live, those that never did or that a rollback left,
+    and those whose build is gone (`kept_builds`, None: not known), never a protected one (current, previous, the one being deployed, one
     whose build a process runs); then
     every generation of secrets no kept release and no unit file on the host names. The names removed."""
     kept = records(layout)
-    # A release that never went live (its deploy was refused) is nothing to go back to: it goes first, so that
-    # refused deploys do not push the releases that ran out of `keep`.
-    ran = [r["name"] for r in reversed(kept) if r.get("activated")]
-    never = [r["name"] for r in kept if not r.get("activated")]
+    # A release that never went live (its deploy was refused) or that a rollback left is nothing to go back to: it
+    # goes first, so that failed deploys do not push the releases that ran out of `keep`.
+    ran = [r["name"] for r in reversed(kept) if not _failed(r)]
+    never = [r["name"] for r in kept if _failed(r)]
     gone = [r["name"] for r in kept if kept_builds is not None and r.get("build_id") not in kept_builds]
     drop = [n for n in ran[keep:] if keep > 0] + never + gone
     removed = sorted({n for n in drop if n not in protected})
@@ -452,11 +462,12 @@ def legacy_secret_files(layout: ConfigLayout) -> list[tuple[str, bytes, int, int
 
 
 def adopt(layout: ConfigLayout, build_id: str, units: dict[str, str], config: dict, meta: dict,
-          check: bool) -> str | None:
+          check: bool, reserved: set | None = None) -> str | None:
     """On a host deployed before release configs: record what runs now as a release of the live build (its unit
     files as they are, its secret files copied into a generation of their own), so that a rollback can go back to
-    it. Nothing live changes; the first switch replaces the live secret files with links. The release's name, or
-    None when there is nothing to adopt (a config is live already, or nothing was deployed)."""
+    it. Nothing live changes; the first switch replaces the live secret files with links. Write the new release's
+    generation first (or name it in `reserved`): the copy takes the next free number. The release's name, or None
+    when there is nothing to adopt (a config is live already, or nothing was deployed)."""
     if layout.link(layout.current) or not build_id or not units:
         return None
     existing = [r for r in records(layout) if r.get("adopted")]
@@ -467,6 +478,8 @@ def adopt(layout: ConfigLayout, build_id: str, units: dict[str, str], config: di
     if files:
         digest = "adopted:" + hashlib.sha256(b"".join(f[1] for f in files)).hexdigest()
         generation, dummy = choose_generation(layout, digest)
+        while generation in (reserved or set()):  # a check run wrote the new release's generation nowhere
+            generation += 1
         write_generation(layout, generation, files, digest, check)
     serials = [parse_name(r["name"])[1] for r in records(layout) if r.get("build_id") == build_id]
     name = release_name(build_id, max([0, *serials]) + 1)

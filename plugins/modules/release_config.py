@@ -77,7 +77,10 @@ options:
     description: With O(state=present), the secrets generation the unit files O(units) name (none without secrets).
     type: int
   units:
-    description: With O(state=present), unit file name to content.
+    description:
+      - With O(state=present), unit file name to content. With O(state=current) in check mode, when the release is
+        not installed (a check run installs nothing), the units compared with those on the host to tell what the
+        switch would write.
     type: dict
     default: {}
   config:
@@ -346,22 +349,26 @@ def main():
                     out["target"] = None
         elif p["state"] == "present":
             meta = {"installed_by": p["meta"]}
-            if p["adopt"] and os.path.islink(code.current):
-                live_build = os.path.basename(os.readlink(code.current))
-                out["adopted"] = adopt(layout, live_build, app_unit_files(p["unit_dir"], p["app"], p["marker"]),
-                                       p["adopt"], meta, check)
+            # The new release's generation first: the number the units were rendered with is taken before the copy
+            # of a live state from before release configs takes the next one.
             if p["generation"]:
                 values = p["secrets"] or {}
                 files = secret_files(module, p["app"], p["delivery"], values, p["group"]) if not check else []
                 out["changed"] = write_generation(layout, p["generation"], files,
                                                   secrets_digest(p["delivery"], values), check)
+            if p["adopt"] and os.path.islink(code.current):
+                live_build = os.path.basename(os.readlink(code.current))
+                out["adopted"] = adopt(layout, live_build, app_unit_files(p["unit_dir"], p["app"], p["marker"]),
+                                       p["adopt"], meta, check, reserved={p["generation"]} if check else set())
             if p["units"] and not check:
                 # A unit systemd would refuse stops the deploy here, before any host is switched.
                 with tempfile.TemporaryDirectory(prefix="sturdy-units-") as scratch:
                     for unit_name, content in sorted(p["units"].items()):
                         verify(unit_name, content, run, scratch)
-            out["name"], out["created"] = stage(layout, p["name"], p["build_id"], p["units"], p["config"], meta,
-                                                check)
+            # The generation the units name is the release's, whatever the caller recorded.
+            config = {**p["config"], "secrets": {**(p["config"].get("secrets") or {}),
+                                                  "delivery": p["delivery"], "generation": p["generation"] or None}}
+            out["name"], out["created"] = stage(layout, p["name"], p["build_id"], p["units"], config, meta, check)
             out["changed"] = out["changed"] or out["created"] or bool(out.get("adopted"))
             live, previous = layout.link(layout.current), layout.link(layout.previous)
             users = in_use(code)[0]
@@ -371,6 +378,10 @@ def main():
             named = generations_named(list(app_unit_files(p["unit_dir"], p["app"], "").values()), layout.base)
             out["removed"] = prune(layout, p["keep"], protected, builds, named, check)
             out["changed"] = out["changed"] or bool(out["removed"])
+        elif p["state"] == "current" and check and not os.path.isdir(layout.release(p["name"])):
+            # A check run installed nothing: what switching to the release it would have installed writes.
+            out.update(changed=True, name=p["name"], written=sorted(differing(p["unit_dir"], p["units"])),
+                       build_id=p["build_id"], target=None, **{"from": before[0], "from_build": None})
         elif p["state"] in ("current", "rolled_back"):
             if p["state"] == "current":
                 target = p["name"]
@@ -392,6 +403,9 @@ def main():
                                          f"release {target} are written", **out)
             if done["from"] != target and not check:
                 annotate(layout, target, "activated", {**p["meta"], "at": now()}, check)
+                if p["state"] == "rolled_back" and done["from"]:
+                    # Left by a rollback: kept only while it is the previous release or among the newest.
+                    annotate(layout, done["from"], "abandoned", {**p["meta"], "at": now(), "to": target}, check)
         else:
             out["changed"] = annotate(layout, p["name"], p["key"], p["entry"], check)
         out.update(releases=[summary(r) for r in records(layout)], current=layout.link(layout.current),

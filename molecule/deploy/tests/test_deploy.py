@@ -351,7 +351,7 @@ def test_readme_restart_restarts_every_instance_on_every_host_and_proves_the_bui
     # The run ends saying what every host runs, and what proved it.
     assert f"restart of shop: done on {len(APPS)} host(s)" in said(result)
     for name in APPS:
-        assert f"{name}: {B5}, " + (f"{len(WORKER_UNITS)} worker instance(s) answered with it" if name in WORKERS
+        assert f"{name}: {B5}, " + (f"{len(WORKER_UNITS)} worker instance(s) answered with its build" if name in WORKERS
                                     else "no worker instance here") in said(result)
 
 
@@ -365,11 +365,13 @@ def test_readme_rollback_goes_back_to_the_previous_build_on_every_host():
             assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}"
     assert task(WEB, "after-rollback")["build_id"] == B2
     for name in WORKERS:
-        assert f"{name}: {B5} -> {B2}, {len(WORKER_UNITS)} worker instance(s) answered with it" in said(result)
-    assert "the rollback playbook restarts them next" in said(result)
-    # previous is gone after a rollback: a second one is refused with what to do instead.
+        assert f"{name}: {B5} -> {B2}, {len(WORKER_UNITS)} worker instance(s) answered with its build" in said(result)
+    # previous is gone after a rollback: a second one is refused on every host before any changes, with what to do.
     again = run_as_readme(readme_command("rollback"))
-    assert again.returncode != 0 and "does not name a release to go back to" in said(again)
+    assert again.returncode != 0 and "no previous release is recorded here" in said(again), said(again)[-2000:]
+    assert "sturdy_rollback_to=<release or build>" in said(again)
+    assert all(current(name) == B2 for name in APPS)
+    assert not any(host(name).file("/srv/shop/.deploy.lock").exists for name in APPS)
 
 
 def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():

@@ -88,9 +88,9 @@ def test_a_config_is_installed_once_and_the_same_config_of_a_build_is_reused(whe
     assert stage(layout, "b1~2", "b1", units("b1"), config(), {}, False) == ("b1", False)
     # Another declaration of the same build is a release of its own.
     assert make(layout, "b1~2", "b1", queues=("orders",)) == "b1~2"
-    with pytest.raises(ConfigError, match="exists already"):
-        stage(layout, "b1~2", "b1", units("b1"), config(instances=3), {}, False)
-    assert [r["name"] for r in records(layout)] == ["b1", "b1~2"]
+    # A name taken here by another config (the live state recorded just before, say): the build's next serial.
+    assert stage(layout, "b1~2", "b1", units("b1"), config(instances=3), {}, False) == ("b1~3", True)
+    assert [r["name"] for r in records(layout)] == ["b1", "b1~2", "b1~3"]
 
 
 def test_a_generation_of_secrets_is_written_once_and_reused_for_the_same_values(where):
@@ -169,6 +169,9 @@ def test_rollback_resolves_the_previous_release_a_build_or_a_name_and_names_the_
     assert "sturdy_rollback_to" in str(err.value)
     activate(layout, "b2~2", code, "b1", writer(unit_dir), False)
     assert resolve(layout, "")["name"] == "b1"
+    # previous names one release, never the newest of its build.
+    activate(layout, "b2~2", code, "b2", writer(unit_dir), False)
+    assert resolve(layout, "")["name"] == "b2"
     assert resolve(layout, "b2")["name"] == "b2~2"  # a build: its newest release
     assert resolve(layout, "b2~2")["name"] == "b2~2"
     assert resolve(layout, "b2~1")["name"] == "b2"  # the first config of b2 alone
@@ -184,6 +187,8 @@ def test_prune_keeps_the_newest_the_live_previous_and_used_ones_and_drops_unused
         make(layout, name, build, gen=n)
         if name != "b1~2":
             annotate(layout, name, "activated", {"at": f"2026-12-0{n}"}, False)
+    # b2~2 was left by a rollback once, and went live again since: a release that ran.
+    annotate(layout, "b2~2", "abandoned", {"at": "2026-12-02x"}, False)
     os.makedirs(layout.generation(9))
     # b1: beyond keep=2 but protected (previous); b2: beyond keep=2; b3's build is gone; b1~2 never went live (a
     # refused deploy) and goes first.
@@ -219,13 +224,27 @@ def test_a_host_deployed_before_release_configs_has_its_live_state_adopted(where
     open(layout.live_env, "w").write('BROKER_URL="old"\n')
     os.chmod(layout.live_env, 0o640)
     live_units = {"shop-worker@.service": "EnvironmentFile=/etc/shop/shop.env\n", "shop.target": "[Unit]\n"}
+    # The deploy wrote the new release's generation 1 first: the copy takes the next number.
+    write_generation(layout, 1, [("shop.env", b'BROKER_URL="new"\n', 0, 0o640)], "d", False)
     name = adopt(layout, "b1", live_units, config(), {"run": "r"}, False)
     assert name == "b1"
     rec = records(layout)[0]
-    assert rec["adopted"] and rec["secrets"]["generation"] == 1 and layout.link(layout.current) == "b1"
+    assert rec["adopted"] and rec["activated"] and rec["secrets"]["generation"] == 2
+    assert layout.link(layout.current) == "b1"
     # A copy: the live file is untouched until the first switch.
-    assert open(f"{layout.generation(1)}/shop.env").read() == 'BROKER_URL="old"\n'
-    assert os.stat(f"{layout.generation(1)}/shop.env").st_mode & 0o777 == 0o640
+    assert open(f"{layout.generation(2)}/shop.env").read() == 'BROKER_URL="old"\n'
+    assert open(f"{layout.generation(1)}/shop.env").read() == 'BROKER_URL="new"\n'
+    assert os.stat(f"{layout.generation(2)}/shop.env").st_mode & 0o777 == 0o640
     assert not os.path.islink(layout.live_env)
     # Once a config is live, there is nothing to adopt.
     assert adopt(layout, "b1", live_units, config(), {}, False) is None
+
+
+def test_a_release_a_rollback_left_goes_before_those_that_ran(where):
+    layout, code, unit_dir = where
+    for n, name in enumerate(("b1", "b2", "b3"), start=1):
+        make(layout, name, name, gen=n)
+        annotate(layout, name, "activated", {"at": f"2026-12-0{n}"}, False)
+    annotate(layout, "b3", "abandoned", {"at": "2026-12-04"}, False)
+    assert prune(layout, 2, set(), None, set(), False) == ["b3", "secrets/3"]
+    assert [r["name"] for r in records(layout)] == ["b1", "b2"]
