@@ -267,7 +267,7 @@ def units_of(layout: ConfigLayout, name: str) -> dict[str, str]:
 
 
 def resolve(layout: ConfigLayout, to: str, exact: bool = False) -> dict:
-    """The release `to` names (a build ID: its newest kept release; <build>~<n>: that one), or the previous one when
+    """The release `to` names (a build ID: its release live most recently; <build>~<n>: that one), or the previous one when
     `to` is empty; with `exact`, the release named `to` alone. Refused, naming the kept releases, when there is
     none."""
     kept = records(layout)
@@ -288,7 +288,17 @@ def resolve(layout: ConfigLayout, to: str, exact: bool = False) -> dict:
         to = to[:-2]
         chosen = [r for r in kept if r["name"] == to]
     else:
-        chosen = [r for r in kept if r.get("build_id") == to] or [r for r in kept if r["name"] == to]
+        of_build = [r for r in kept if r.get("build_id") == to]
+        # A build's releases that ran: one whose deploy was refused, or that a rollback left, is named exactly or not
+        # at all.
+        # The one of them live most recently.
+        chosen = sorted((r for r in of_build if not _failed(r)), key=lambda r: max(
+            a.get("at", "") for a in r["activated"])) if of_build else [r for r in kept if r["name"] == to]
+        if of_build and not chosen:
+            raise ConfigError(f"build {to} has no release here that went live and stayed: "
+                              f"{', '.join(r['name'] for r in reversed(of_build))} never went live or were rolled "
+                              "back from. Name one exactly with -e sturdy_rollback_to=<release> if you mean it, or "
+                              f"deploy the build again. Kept releases, newest first: {names}")
     if chosen:
         return chosen[-1]
     raise ConfigError(f"release {to} is not kept here (pruned, or never installed). Kept releases, newest first: "

@@ -172,9 +172,20 @@ def test_rollback_resolves_the_previous_release_a_build_or_a_name_and_names_the_
     # previous names one release, never the newest of its build.
     activate(layout, "b2~2", code, "b2", writer(unit_dir), False)
     assert resolve(layout, "")["name"] == "b2"
-    assert resolve(layout, "b2")["name"] == "b2~2"  # a build: its newest release
+    annotate(layout, "b2~2", "activated", {"at": "2026-12-02"}, False)
+    assert resolve(layout, "b2")["name"] == "b2~2"  # a build: its newest release that went live
     assert resolve(layout, "b2~2")["name"] == "b2~2"
     assert resolve(layout, "b2~1")["name"] == "b2"  # the first config of b2 alone
+    # Live again since: the build names it.
+    annotate(layout, "b2", "activated", {"at": "2026-12-03"}, False)
+    assert resolve(layout, "b2")["name"] == "b2"
+    annotate(layout, "b2~2", "activated", {"at": "2026-12-04"}, False)
+    # A build names its newest release that went live, never one whose deploy was refused.
+    make(layout, "b2~3", "b2", queues=("refused",))
+    assert resolve(layout, "b2")["name"] == "b2~2"
+    assert resolve(layout, "b2~3")["name"] == "b2~3"  # named exactly, it is gone to
+    with pytest.raises(ConfigError, match="build b1 has no release here that went live"):
+        resolve(layout, "b1")
     with pytest.raises(ConfigError) as err:
         resolve(layout, "b0")
     assert "release b0 is not kept here" in str(err.value) and "b2~2, b2, b1" in str(err.value)
