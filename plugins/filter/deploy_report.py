@@ -18,7 +18,8 @@ options:
       - Host name to its record, a dictionary with C(marks) (phase name to the UNIX time it ended), C(failure),
         C(before) and C(after) (M(sturdy.workers.unit_health) units), C(switch) (C(changed), C(current),
         C(previous), and the releases of M(sturdy.workers.release_config) C(release) and C(from)), C(release_before),
-        C(release), C(rolled_back_release), C(migrations_since), C(smoke) (M(sturdy.workers.smoke_test) results), C(restarted) (M(sturdy.workers.rolling_restart)
+        C(release), C(rolled_back_release), C(migrations_since), C(smoke) (M(sturdy.workers.smoke_test) results),
+        C(restarted) (M(sturdy.workers.rolling_restart)
         C(restarted)), C(surge) (its C(surge)), C(rolled_back_to), C(rollback_failure) (C(task), C(msg), C(current)), C(queues)
         (M(sturdy.workers.app_status) C(queues), on the host that read them) and C(queue_smoke)
         (M(sturdy.workers.smoke_test) C(queues), the real-queue smoke on that host).

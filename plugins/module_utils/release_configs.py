@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 import stat
-from typing import Any, Callable
+from typing import Callable
 
 from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import Layout

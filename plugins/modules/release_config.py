@@ -18,7 +18,7 @@ description:
   - O(state=query) lists the releases kept, the live one and the previous one; with O(secrets), the generation those
     values would use (one holding the same values is reused); with O(resolve), the release O(to) names (a release,
     a build ID, or empty for the previous release), refused with the kept releases named. It changes nothing.
-  - O(state=present) installs release O(name) of O(build_id): the secret generation O(generation) (written once, when
+  - O(state=present) installs release O(name) of O(build_id) - the secret generation O(generation) (written once, when
     missing), the unit files O(units) (each checked by C(systemd-analyze verify) first) and the record. A release of
     the build with the same unit files and declaration is reused instead (RV(name) says which). Nothing the live
     units read changes. A host deployed before release configs first gets its live state recorded as a release of
@@ -167,7 +167,7 @@ generation:
 target:
   description:
     - The release resolved (O(resolve), O(state=rolled_back)), with its C(declared) process types; none when the host
-      has no release config (deployed before them: its rollback goes by the build links alone).
+      has no release config (deployed before them; its rollback goes by the build links alone).
   returned: when resolved
   type: dict
 live:
@@ -341,7 +341,7 @@ def main():
                 rec = record(layout, live)
                 out["live"] = summary(rec) | {"declared": rec.get("declared"), "singleton_host": rec.get("singleton_host")}
             if p["resolve"]:
-                # A host deployed before release configs has none: its rollback goes by the build links alone.
+                # A host deployed before release configs has none; its rollback goes by the build links alone.
                 if records(layout) or p["to"]:
                     rec = resolve(layout, p["to"])
                     out["target"] = summary(rec) | {"declared": rec.get("declared")}
@@ -366,8 +366,9 @@ def main():
                     for unit_name, content in sorted(p["units"].items()):
                         verify(unit_name, content, run, scratch)
             # The generation the units name is the release's, whatever the caller recorded.
-            config = {**p["config"], "secrets": {**(p["config"].get("secrets") or {}),
-                                                  "delivery": p["delivery"], "generation": p["generation"] or None}}
+            secrets = {**(p["config"].get("secrets") or {}), "delivery": p["delivery"],
+                       "generation": p["generation"] or None}
+            config = {**p["config"], "secrets": secrets}
             out["name"], out["created"] = stage(layout, p["name"], p["build_id"], p["units"], config, meta, check)
             out["changed"] = out["changed"] or out["created"] or bool(out.get("adopted"))
             live, previous = layout.link(layout.current), layout.link(layout.previous)

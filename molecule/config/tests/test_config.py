@@ -208,6 +208,33 @@ def test_a_secret_rotation_is_a_release_and_the_readme_rollback_restores_the_old
     on_build_1_as_converged()
 
 
+def invocation_ids(name: str) -> dict[str, str]:
+    return {unit: host(name).check_output(f"systemctl show -P InvocationID {unit}") for unit in UNITS}
+
+
+def unlimited(instances: int) -> list[dict]:
+    """The worker without its rate_limit: a limit is split between the instances, so their count is in each unit."""
+    return [{k: v for k, v in worker(instances=instances).items() if k != "rate_limit"}]
+
+
+def test_more_instances_is_a_release_that_restarts_none_and_its_rollback_stops_only_the_new_one():
+    assert deploy(B1, sturdy_processes=unlimited(2)).returncode == 0
+    before = {name: invocation_ids(name) for name in WORKERS}
+    result = deploy(B1, sturdy_processes=unlimited(3))
+    assert result.returncode == 0, said(result)[-3000:]
+    rep = report()
+    for name in WORKERS:
+        assert rep["hosts"][name]["release"].startswith(f"{B1}~"), rep["hosts"][name]
+        assert instances(name) == [*UNITS, "shop-worker@3.service"]
+        # Same unit files: the running instances were not touched.
+        assert invocation_ids(name) == before[name]
+        assert rep["hosts"][name]["instances"]["shop-worker@3.service"]["smoke_build"] == B1
+    result = playbook("rollback")
+    assert result.returncode == 0, said(result)[-3000:]
+    for name in WORKERS:
+        assert instances(name) == UNITS and invocation_ids(name) == before[name]
+
+
 @pytest.mark.parametrize("value, shape", [(["a", "b"], "is a list"), ({"k": "v"}, "is a mapping"),
                                           (True, "is true or false")])
 def test_a_secret_that_is_not_a_string_is_refused_naming_the_key_never_the_value(value, shape):

@@ -142,7 +142,7 @@ def test_activate_writes_the_units_and_switches_code_config_and_live_secrets_tog
 def test_check_mode_switches_nothing(where):
     layout, code, unit_dir = where
     make(layout, "b1", "b1")
-    done = activate(layout, "b1", code, None, lambda wanted: list(wanted), True)
+    done = activate(layout, "b1", code, None, list, True)
     assert done["changed"] and not os.path.lexists(code.current) and layout.link(layout.current) is None
 
 
