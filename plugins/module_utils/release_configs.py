@@ -30,7 +30,7 @@ import shutil
 import stat
 from typing import Callable
 
-from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file
+from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file, same_file
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import Layout
 
 FORMAT = 1
@@ -185,13 +185,38 @@ def _listdir(path: str) -> list[str]:
 Encrypt = Callable[[str, str], bytes]
 
 
-def write_generation(layout: ConfigLayout, number: int, files: list[tuple[str, bytes, int, int]], digest: str,
+def repair_generation(where: str, files: list[tuple[str, bytes | None, int, int]], check: bool) -> bool:
+    """A complete generation's files given their content, owner and mode again where they were changed by hand (a
+    secret made world-readable is a difference, not a new generation). Content None: owner and mode only (an
+    encrypted credential, which encrypts differently every time)."""
+    changed = False
+    for relative, data, gid, mode in files:
+        path = os.path.join(where, relative)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if data is None:
+            if st is not None and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (0, gid, mode):
+                changed = True
+                if not check:
+                    os.chown(path, 0, gid)
+                    os.chmod(path, mode)
+        elif not same_file(path, data, mode, gid):
+            changed = True
+            if not check:
+                replace_file(path, data, mode, gid)
+    return changed
+
+
+def write_generation(layout: ConfigLayout, number: int, files: list[tuple[str, bytes | None, int, int]], digest: str,
                      check: bool) -> bool:
     """Write generation `number` (files: path inside it, content, group ID, mode; root's) once. An incomplete one (no
-    digest, left by an interrupted deploy) is written again; a complete one is never changed."""
+    digest, left by an interrupted deploy) is written again; a complete one keeps its values, its files given their
+    content, owner and mode again where they were changed by hand."""
     where = layout.generation(number)
     if os.path.isfile(f"{where}/{DIGEST_FILE}"):
-        return False
+        return repair_generation(where, files, check)
     if check:
         return True
     own_directory(layout.base, 0o755, False, parents=True)

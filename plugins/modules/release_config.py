@@ -215,6 +215,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.release_configs import (
+    DIGEST_FILE,
     ConfigError,
     ConfigLayout,
     activate,
@@ -256,8 +257,10 @@ def app_unit_files(unit_dir: str, app: str, marker: str) -> dict[str, str]:
     return found
 
 
-def secret_files(module: AnsibleModule, app: str, delivery: str, values: dict, group: str | None) -> list[tuple]:
-    """The files of a generation for `values`: path inside it, content, group ID, mode."""
+def secret_files(module: AnsibleModule, app: str, delivery: str, values: dict, group: str | None,
+                 encrypt: bool = True) -> list[tuple]:
+    """The files of a generation for `values`: path inside it, content, group ID, mode (without `encrypt`, encrypted
+    credentials with no content: only their owner and mode are checked)."""
     if delivery == "env_file":
         if not values:
             return []
@@ -275,6 +278,9 @@ def secret_files(module: AnsibleModule, app: str, delivery: str, values: dict, g
         value = "" if values[name] is None else str(values[name])
         if delivery == "credentials":
             files.append((f"credentials/{name}", value.encode("utf-8"), 0, 0o600))
+            continue
+        if not encrypt:
+            files.append((f"credentials/{name}.cred", None, 0, 0o600))
             continue
         # systemd-creds encrypts with the host's key (and TPM2 where there is one): useless on another host.
         rc, out, dummy = module.run_command(
@@ -353,7 +359,10 @@ def main():
             # of a live state from before release configs takes the next one.
             if p["generation"]:
                 values = p["secrets"] or {}
-                files = secret_files(module, p["app"], p["delivery"], values, p["group"]) if not check else []
+                # A complete generation of encrypted credentials is not encrypted again, only its modes checked.
+                complete = os.path.isfile(f"{layout.generation(p['generation'])}/{DIGEST_FILE}")
+                files = secret_files(module, p["app"], p["delivery"], values, p["group"],
+                                     encrypt=not complete) if not check or complete else []
                 out["changed"] = write_generation(layout, p["generation"], files,
                                                   secrets_digest(p["delivery"], values), check)
             if p["adopt"] and os.path.islink(code.current):

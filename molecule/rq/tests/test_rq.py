@@ -215,7 +215,9 @@ def test_an_rq_worker_without_a_redis_url_fails_early_naming_it_and_nothing_chan
 
 
 def test_the_live_build_again_only_proves_the_instances_and_a_secret_file_changed_by_hand_is_deployed_again():
-    cred = "/etc/parcel/credentials/RQ_REDIS_URL"
+    # The live path is a link into the live release's secrets generation: that file is changed, and named.
+    cred = host("rq-bookworm").check_output("readlink -f /etc/parcel/credentials/RQ_REDIS_URL")
+    assert cred.startswith("/etc/parcel/secrets/"), cred
     mode = host("rq-bookworm").check_output(f"stat -c %a {cred}")
     host("rq-bookworm").check_output(f"chmod 0644 {cred}")
     shown = {name: host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") for name in HOSTS}
@@ -260,7 +262,9 @@ def test_a_collection_whose_agent_differs_restarts_every_instance_onto_it_with_t
     rep = report()
     for name in HOSTS:
         h = host(name)
-        assert (rep["hosts"][name]["unchanged"], rep["hosts"][name]["switched"]) == (False, False), rep["hosts"][name]
+        # The same build with other unit files is a release of its own: switched to, and every instance restarted.
+        assert (rep["hosts"][name]["unchanged"], rep["hosts"][name]["switched"]) == (False, True), rep["hosts"][name]
+        assert rep["hosts"][name]["release"].startswith(f"{B2}~"), rep["hosts"][name]
         for unit in UNITS:
             inst = rep["hosts"][name]["instances"][unit]
             assert inst["restarted"] and inst["smoke_build"] == B2, inst

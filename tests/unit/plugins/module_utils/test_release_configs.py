@@ -101,8 +101,12 @@ def test_a_generation_of_secrets_is_written_once_and_reused_for_the_same_values(
     assert os.stat(f"{layout.generation(1)}/shop.env").st_mode & 0o777 == 0o640
     assert os.stat(f"{layout.generation(1)}/.sha256").st_mode & 0o777 == 0o600
     assert choose_generation(layout, digest) == (1, False)
-    # Written once: never rewritten, whatever is asked.
-    assert not write_generation(layout, 1, [("shop.env", b"other\n", 0, 0o640)], digest, False)
+    # Written once: what a deploy asks of it again is what it holds, so nothing changes.
+    assert not write_generation(layout, 1, [("shop.env", b'BROKER_URL="redis://:a@h/0"\n', 0, 0o640)], digest, False)
+    # A file of it changed by hand (made world-readable, edited) is given its content and mode again.
+    os.chmod(f"{layout.generation(1)}/shop.env", 0o644)
+    assert write_generation(layout, 1, [("shop.env", b'BROKER_URL="redis://:a@h/0"\n', 0, 0o640)], digest, False)
+    assert os.stat(f"{layout.generation(1)}/shop.env").st_mode & 0o777 == 0o640
     assert open(f"{layout.generation(1)}/shop.env", "rb").read() == b'BROKER_URL="redis://:a@h/0"\n'
     rotated = secrets_digest("env_file", {"BROKER_URL": "redis://:b@h/0"})
     assert choose_generation(layout, rotated) == (2, True)
@@ -259,3 +263,13 @@ def test_a_release_a_rollback_left_goes_before_those_that_ran(where):
     annotate(layout, "b3", "abandoned", {"at": "2026-12-04"}, False)
     assert prune(layout, 2, set(), None, set(), False) == ["b3", "secrets/3"]
     assert [r["name"] for r in records(layout)] == ["b1", "b2"]
+
+
+def test_an_encrypted_credential_is_not_encrypted_again_only_its_mode_is_given_back(where):
+    layout, dummy, dummy = where
+    write_generation(layout, 1, [("credentials/KEY.cred", b"Wh...blob", 0, 0o600)], "d", False)
+    path = f"{layout.generation(1)}/credentials/KEY.cred"
+    os.chmod(path, 0o644)
+    assert write_generation(layout, 1, [("credentials/KEY.cred", None, 0, 0o600)], "d", False)
+    assert os.stat(path).st_mode & 0o777 == 0o600 and open(path, "rb").read() == b"Wh...blob"
+    assert not write_generation(layout, 1, [("credentials/KEY.cred", None, 0, 0o600)], "d", False)
