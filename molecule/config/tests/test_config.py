@@ -121,8 +121,8 @@ def test_a_deploy_that_ends_before_or_at_the_canary_leaves_what_the_running_unit
 
 
 def test_a_build_refused_for_the_tasks_messages_wait_for_leaves_what_the_running_units_read_byte_identical():
-    # Build 5 (it registers shopdemo.refund) live, its workers stopped while messages for the task wait.
-    assert deploy(B5).returncode == 0
+    # Messages for a task build 1 does not register wait while its workers are stopped (a producer on a newer build
+    # sent them): a deploy of build 1 with another config is refused before anything switches.
     try:
         for name in WORKERS:
             host(name).check_output("systemctl stop shop-worker@1.service shop-worker@2.service")
@@ -134,19 +134,16 @@ def test_a_build_refused_for_the_tasks_messages_wait_for_leaves_what_the_running
         assert f"Build {B1} does not register task(s) that queued messages are waiting for" in said(refused), \
             said(refused)[-3000:]
         assert everything_read() == before
-        for name in WORKERS:
-            host(name).check_output("systemctl start shop-worker@1.service shop-worker@2.service")
-            restarted_answers(name, UNITS[0], B5, TOKEN_A)
     finally:
         for name in WORKERS:
             host(name).run("systemctl start shop-worker@1.service shop-worker@2.service")
-    # Back to build 1, which the orphans' messages would not fit: build 5 ran them (the queue is empty).
-    wait_for("the refund messages consumed", lambda: json.loads(host(BOOKWORM).check_output(
-        "/usr/local/sbin/shop-task --agent names --celery-app shopdemo.celery default").splitlines()[-1])
-        ["waiting"][0]["tasks"].get("shopdemo.refund", 0) == 0, 60)
-    result = playbook("rollback", "-e", f"sturdy_rollback_to={B1}")
-    assert result.returncode == 0, said(result)[-3000:]
-    on_build_1_as_converged()
+    for name in WORKERS:
+        restarted_answers(name, UNITS[0], B1, TOKEN_A)
+    # Build 1's workers moved the two messages to the dead-letter queue; they go, for the tests after this one.
+    agent = "/usr/local/sbin/shop-task --agent dead {} --celery-app shopdemo.celery default"
+    wait_for("the two messages dead-lettered", lambda: json.loads(host(BOOKWORM).check_output(
+        agent.format("list")).splitlines()[-1])[0]["count"] == 2, 60)
+    host(BOOKWORM).check_output(agent.format("discard --confirm-discard"))
 
 
 def test_a_renamed_queue_and_more_instances_that_fail_are_rolled_back_and_the_old_queue_is_consumed_again():
