@@ -99,6 +99,8 @@ def _instances(record: dict) -> dict:
             "nrestarts_after": a.get("NRestarts"),
             # A new invocation of a unit that ran before; a unit gone since (a surge instance that drained) was not.
             "restarted": bool(b.get("InvocationID") and a.get("InvocationID")) and b["InvocationID"] != a["InvocationID"],
+            # Not running before the deploy (a first deploy, a new instance), running after it.
+            "started": not b.get("InvocationID") and bool(a.get("InvocationID")),
             "restart_seconds": _get(restarted, unit, "seconds"),
             # How long the old process took to stop: a warm shutdown waits for the tasks it runs.
             "stop_seconds": _get(restarted, unit, "stop_seconds"),
@@ -248,7 +250,9 @@ def deploy_report(records, run, plan, finished, rollback=True):
         else:
             lines.append(f"{name}: {host['release_from'] or host['from'] or '(no release)'} -> "
                          f"{host['release'] or host['to']}"
-                         + (f", again in full ({host['differs']})" if host["differs"] else "")
+                         # Why the live build was deployed again in full; a switch from another build needs none.
+                         + (f", again in full ({host['differs']})" if host["differs"] and host["from"] == host["to"]
+                            else "")
                          + (f", rolled back to {host['rolled_back_release'] or host['rolled_back_to']}"
                             if host["rolled_back_to"] else ""))
         for unit, inst in host["instances"].items():
@@ -264,7 +268,8 @@ def deploy_report(records, run, plan, finished, rollback=True):
                          "start)")
             elif inst["stop_seconds"]:
                 took += f" (its stop waited {inst['stop_seconds']}s for running tasks)"
-            lines.append(f"  {unit}: {inst['active'] or 'state unknown'}, {'restarted' + took if inst['restarted'] else 'not restarted'}, "
+            how = ("restarted" + took if inst["restarted"] else "started" if inst["started"] else "not restarted")
+            lines.append(f"  {unit}: {inst['active'] or 'state unknown'}, {how}, "
                          f"NRestarts {inst['nrestarts_before'] or '-'} -> {inst['nrestarts_after'] or '-'}, {smoke}")
         for unit in host["surge"]:
             lines.append(f"  {unit.get('name')}: surge, ready in {unit.get('ready_seconds')}s before any instance was "

@@ -424,7 +424,8 @@ def main():
             out["diff"] = {"before": f"current -> {before[0]}\nprevious -> {before[1]}\n",
                            "after": f"current -> {out['current']}\nprevious -> {out['previous']}\n"}
     except (ConfigError, SecretSpecError, UnitFileError, OSError) as exc:
-        module.fail_json(msg=str(exc), **out)
+        # The reason alone: what was read before it (every kept release's declaration) would bury it.
+        module.fail_json(msg=str(exc), changed=bool(out.get("changed")))
     module.exit_json(**out)
 
 

@@ -1,5 +1,9 @@
 """The migration command: moves the schema version forward to this build's target; re-runnable.
 
+Each run that succeeds appends "<build> <host> <unix time> <from>-><to>" to /var/lib/shop/migrations.log, the
+directory the units may write (it exists for the migration on a first deploy too): the tests read there on which
+host, and when, it ran.
+
 SHOP_MIGRATION_FAIL=1 makes it fail on purpose (after printing what it was doing, and its broker URL and password, as
 careless code does), for the tests that a failed migration stops the deploy and that its output is masked.
 """
@@ -7,7 +11,9 @@ careless code does), for the tests that a failed migration stops the deploy and 
 from __future__ import annotations
 
 import os
+import socket
 import sys
+import time
 from urllib.parse import urlsplit
 
 from shopdemo import store
@@ -30,6 +36,8 @@ def main() -> int:
         print(f"migrate: applied {version}")
     if current >= SCHEMA_TARGET:
         print("migrate: nothing to do")
+    with open("/var/lib/shop/migrations.log", "a", encoding="utf-8") as log:
+        log.write(f"{BUILD_ID} {socket.gethostname()} {time.time():.3f} {current}->{SCHEMA_TARGET}\n")
     return 0
 
 

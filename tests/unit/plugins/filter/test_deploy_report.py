@@ -26,7 +26,8 @@ def test_success_report_has_builds_phases_restarts_and_latency():
     assert rep["batches"] == [1, "100%"]
     assert rep["phases"] == {"preflight": 10.0, "install": 20.0, "migrate": 5.0, "restart": 25.0, "finish": 10.0}
     inst = rep["hosts"]["h1"]["instances"]["shop-worker@1.service"]
-    assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "restart_seconds": 4.2,
+    assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "started": False,
+                    "restart_seconds": 4.2,
                     "stop_seconds": 3.1, "stop_timed_out": False,
                     "active": "active", "smoke_build": "2", "smoke_latency": 0.05, "smoke_ran_in": None,
                     "smoke_busy": [], "settings": {}}
@@ -123,6 +124,14 @@ def test_a_surge_instance_is_reported_apart_from_the_declared_ones():
             "were back (it finishes its running tasks, then exits)") in rep["summary"]
 
 
+def test_an_instance_that_did_not_run_before_is_started_not_restarted():
+    # A first deploy (or a new instance): no invocation before, one after.
+    rep = deploy_report({"h1": record(before_inv="")}, RUN, PLAN, 1070.0)
+    inst = rep["hosts"]["h1"]["instances"]["shop-worker@1.service"]
+    assert (inst["restarted"], inst["started"]) == (False, True)
+    assert rep["summary"][2].startswith("  shop-worker@1.service: active, started, NRestarts"), rep["summary"]
+
+
 def test_a_unit_gone_after_the_deploy_was_not_restarted():
     # A surge instance of an earlier deploy, loaded before this one and garbage-collected since.
     rec = record()
@@ -133,7 +142,11 @@ def test_a_unit_gone_after_the_deploy_was_not_restarted():
 
 def test_an_unchanged_host_says_nothing_was_done_and_a_full_redeploy_says_why():
     same = {k: v for k, v in record(after_inv="a").items() if k not in ("switch", "restarted")}
-    again = {**record(), "differs": "/etc/shop/shop.env changed since the last deploy"}
+    again = {**record(), "differs": "/etc/shop/shop.env changed since the last deploy",
+             "switch": {"changed": True, "previous": "2", "current": "2"}}
+    # A switch from another build is a deploy, whatever the record of the last one says.
+    other = deploy_report({"h1": {**record(), "differs": "current names 1"}}, RUN, PLAN, 1070.0)
+    assert "h1: 1 -> 2" in other["summary"], other["summary"]
     rep = deploy_report({"h1": {**same, "unchanged": True}, "h2": again}, RUN, PLAN, 1070.0)
     assert rep["result"] == "success"
     h1, h2 = rep["hosts"]["h1"], rep["hosts"]["h2"]
@@ -142,7 +155,7 @@ def test_an_unchanged_host_says_nothing_was_done_and_a_full_redeploy_says_why():
     assert (h2["unchanged"], h2["differs"]) == (False, "/etc/shop/shop.env changed since the last deploy")
     assert ("h1: 2, unchanged since its last deploy: nothing installed, written or restarted, the instances proven by "
             "their smoke jobs (-e sturdy_deploy_force=true redoes every step)") in rep["summary"]
-    assert "h2: 1 -> 2, again in full (/etc/shop/shop.env changed since the last deploy)" in rep["summary"]
+    assert "h2: 2 -> 2, again in full (/etc/shop/shop.env changed since the last deploy)" in rep["summary"]
 
 
 def test_a_queue_read_on_one_host_and_smoke_tested_from_another_shows_both():
