@@ -116,6 +116,9 @@ def task_words(task: dict) -> str:
     if "rq_status" in task and not task.get("error"):
         return rq_job_words(task)
     state = task.get("state")
+    if task.get("dead_lettered"):
+        return (f"dead-lettered: the agent moved it to {task['dead_lettered']} after its delivery ceiling "
+                "(max_deliveries), and it runs again only when you requeue it (sturdy.workers.dead_letters)")
     if state == "SUCCESS":
         return "it ran again and succeeded (redelivered: task_acks_late did its job)"
     if state in ("FAILURE", "RETRY", "REVOKED"):

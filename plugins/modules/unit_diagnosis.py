@@ -168,7 +168,10 @@ def main():
                 record = json.loads(default_read(path) or "")
             except ValueError:
                 continue
-            if isinstance(record, dict) and (not death or record.get("invocation") in (None, death["invocation"])):
+            # A record the agent closed (its pool process died and was replaced, or its message was dead-lettered)
+            # was not running when the unit died.
+            if isinstance(record, dict) and not record.get("ended") and (
+                    not death or record.get("invocation") in (None, death["invocation"])):
                 if death and record.get("started"):
                     record["ran"] = round(death["time"] - float(record["started"]), 1)
                 elif record.get("started"):

@@ -203,6 +203,64 @@ def record_task_start(task_id, name) -> None:
             pass
 
 
+def close_task_records(directory: str, end: str, now: float, invocation=None, task_id=None, alive=None) -> list:
+    """Mark as ended, with `end` saying how, the open records in `directory` of this invocation whose process is
+    gone (a pool process killed mid-task: the pool has replaced it), or that name `task_id` (its message was
+    dead-lettered). A record so closed tells a diagnosis it was not running when the unit later died. Returns the
+    ids of the tasks closed."""
+    alive = alive or _pid_alive
+    closed = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return closed
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                record = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("ended"):
+            continue
+        if invocation and record.get("invocation") not in (None, invocation):
+            continue
+        if task_id is not None and record.get("id") != task_id:
+            continue
+        if task_id is None and alive(record.get("pid")):
+            continue
+        record.update(ended=now, end=end)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(record, fh)
+            os.replace(tmp, path)
+        except OSError:
+            continue
+        closed.append(record.get("id"))
+    return closed
+
+
+def _pid_alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def close_dead_children_records() -> None:
+    """In a pool process the pool has just started: the records its dead predecessors left open are closed."""
+    path = task_record_path()
+    if path:
+        close_task_records(os.path.dirname(path), "its pool process died running it, and the pool replaced it",
+                           time.time(), invocation=os.environ.get("INVOCATION_ID"))
+
+
 def record_task_end() -> None:
     path = task_record_path()
     if path:
@@ -510,6 +568,10 @@ class Gate:
         self.log.error("sturdy_agent: task %s[%s] moved to dead-letter queue %s: %s (python -m sturdy_agent dead, "
                        "or the sturdy.workers.dead_letters playbook, lists and requeues it)",
                        headers.get("task"), headers.get("id"), target, reason)
+        record = task_record_path()
+        if record and headers.get("id"):
+            close_task_records(os.path.dirname(record), f"dead-lettered to {target}", time.time(),
+                               task_id=headers.get("id"))
 
     def declare_dead_letter_queues(self) -> None:
         """Declare the dead-letter queue of every queue this worker consumes, before it takes a message: a broker that
@@ -811,10 +873,14 @@ def install_celery_hooks() -> None:
     def task_started(task_id=None, task=None, **_):
         record_task_start(task_id, getattr(task, "name", None))
 
+    def child_started(**_):
+        close_dead_children_records()
+
     def task_ended(**_):
         record_task_end()
 
     signals.task_prerun.connect(task_started, weak=False)
+    signals.worker_process_init.connect(child_started, weak=False)
     signals.task_postrun.connect(task_ended, weak=False)
 
     def counter(outcome):
@@ -1463,19 +1529,29 @@ def waiting_tasks(celery_app: str, queues: list[str], scan: int = 200000) -> lis
     return found
 
 
-def task_states(celery_app: str, ids: list[str]) -> list[dict]:
-    """Each task's state in the result backend and, on Redis, whether the broker holds it unacknowledged."""
+def task_states(celery_app: str, ids: list[str], scan: int = 10000) -> list[dict]:
+    """Each task's state in the result backend and, on Redis, whether the broker holds it unacknowledged and which
+    dead-letter queue holds it (the newest `scan` messages of each are read)."""
     app = _celery_app(celery_app)
-    unacked = ""
+    unacked, dead = "", {}
     with app.connection_for_read() as conn:
         client = getattr(conn.channel(), "client", None)
         if client is not None and hasattr(client, "hvals"):
             # kombu's Redis transport keeps delivered, unacknowledged messages in the hash "unacked".
             unacked = "\n".join(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
                                 for v in client.hvals("unacked"))
+            for key in client.scan_iter(match=f"{DEAD_PREFIX}*"):
+                name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+                if client.type(key) in (b"list", "list"):
+                    raw = client.lrange(key, 0, scan - 1)  # kombu pushes on the left: the newest first
+                    dead[name] = "\n".join(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                                           for v in raw)
     found = []
     for task_id in ids:
         entry = {"id": task_id, "unacked": task_id in unacked}
+        held = [name for name, text in sorted(dead.items()) if task_id in text]
+        if held:
+            entry["dead_lettered"] = held[0]
         try:
             entry["state"] = app.AsyncResult(task_id).state
         except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per task

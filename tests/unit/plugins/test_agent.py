@@ -460,3 +460,24 @@ def test_a_smoke_job_answered_by_the_worker_itself_over_rpc_goes_to_the_senders_
     message = Message()
     agent.answer_smoke(type("Consumer", (), {"app": App}), message, [].append, {busy})
     assert message.acked and stored == [("smoke-2", "SUCCESS", ("a1b2-oid", "smoke-2"))]
+
+
+def test_records_a_dead_pool_process_left_are_closed_and_the_live_ones_kept(agent, tmp_path):
+    # Two pool processes of invocation inv-2 ran tasks: one was SIGKILLed mid-task (pid 101), one runs (pid 102); a
+    # record of the previous invocation is left as it is (a diagnosis of that death reads it).
+    unit = tmp_path / "shop-worker@1.service"
+    unit.mkdir()
+    for pid, task, invocation in ((101, "poison", "inv-2"), (102, "long", "inv-2"), (99, "old", "inv-1")):
+        (unit / f"{pid}.json").write_text(json.dumps({"id": task, "pid": pid, "invocation": invocation}))
+    closed = agent.close_task_records(str(unit), "its pool process died", 50.0, invocation="inv-2",
+                                      alive=lambda pid: pid == 102)
+    assert closed == ["poison"]
+    poison = json.loads((unit / "101.json").read_text())
+    assert (poison["ended"], poison["end"]) == (50.0, "its pool process died")
+    assert "ended" not in json.loads((unit / "102.json").read_text())
+    assert "ended" not in json.loads((unit / "99.json").read_text())
+    # A dead-lettered message closes the record that names it, whoever runs it; a closed record stays as it was.
+    assert agent.close_task_records(str(unit), "dead-lettered to sturdy.dead.default", 60.0, task_id="long") == ["long"]
+    assert json.loads((unit / "102.json").read_text())["end"] == "dead-lettered to sturdy.dead.default"
+    assert agent.close_task_records(str(unit), "again", 70.0, task_id="poison") == []
+    assert not list(unit.glob("*.tmp"))

@@ -110,6 +110,9 @@ def test_oom_helpers():
     ({"state": "PENDING", "unacked": True}, "not acknowledged: the broker holds it"),
     ({"state": "PENDING", "unacked": False}, "no result, not in its queue and not held unacknowledged: lost"),
     ({"error": "boom"}, "its state could not be read (boom)"),
+    # Its message went to the dead-letter queue after its delivery ceiling: said so, whatever its state.
+    ({"state": "FAILURE", "dead_lettered": "sturdy.dead.default"},
+     "dead-lettered: the agent moved it to sturdy.dead.default after its delivery ceiling"),
     # RQ: a job whose work horse died is not run again by RQ; the operator requeues it.
     ({"id": "j1", "rq_status": "failed", "queue": "parcel.scales"},
      "RQ put it in the failed job registry (a job whose work horse was killed is not run again). Next: once the cause "

@@ -75,3 +75,26 @@ def test_an_rq_workers_jobs_are_asked_of_rq():
                                             "parcel-worker@1.service", [{"id": "j1"}])
     assert tasks == [{"id": "j1", "rq_status": "failed", "queue": "q"}]
     assert module.calls[0][-2:] == ["rq-jobs", "j1"]
+
+
+def test_a_record_the_agent_closed_is_not_a_task_the_death_interrupted(run_module, tmp_path):
+    # Invocation i1 died; one pool process of it had died earlier running a poison task, and the pool replaced it
+    # (the agent closed its record); the other record was open at the death.
+    records = tmp_path / "shop" / "sturdy-tasks" / "shop-worker@1.service"
+    records.mkdir(parents=True)
+    (records / "11.json").write_text(json.dumps({"id": "poison-1", "name": "shop.explode", "invocation": "i1",
+                                                 "started": 900.0, "ended": 930.0,
+                                                 "end": "its pool process died running it"}))
+    (records / "12.json").write_text(json.dumps({"id": "long-1", "name": "shop.sleep", "invocation": "i1",
+                                                 "started": 990.0}))
+    local = plan("shop", root="/nonexistent/shop", processes=[{"name": "worker", "command": ["bin/shop-worker"]}])
+    local["task_records"] = str(tmp_path / "shop" / "sturdy-tasks")
+    result, dummy = run_module(unit_diagnosis, {"plan": local, "tasks": False}, [
+        (["/usr/bin/systemctl", "list-units"], (0, "", "")),
+        (["/usr/bin/systemctl", "show"], (0, SHOW, "")),
+        (["/usr/bin/systemctl", "--no-pager"], journal),
+        (["/usr/bin/systemctl", "--sync"], (0, "", "")),
+    ])
+    (d,) = result["diagnoses"]
+    assert [t["id"] for t in d["running_tasks"]] == ["long-1"], d["running_tasks"]
+    assert not any("poison-1" in line for line in result["summary"]), result["summary"]
