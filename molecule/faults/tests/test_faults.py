@@ -77,9 +77,9 @@ def test_readme_status_shows_every_instance_on_its_build_and_no_problem():
         assert ("sturdy_last_deploy_success", "") in values and ("sturdy_metrics_timestamp_seconds", "") in values
         if name in WORKERS:
             assert (values[("sturdy_queue_depth", "default")], values[("sturdy_queue_consumers", "default")]) == (0, 4)
-            # The tasks sent above were counted by the agent, by build and outcome.
+            # The tasks sent above were counted by the agent, by build and outcome: under the build that ran them.
             assert sum(value for metric, labels, value in got if metric == "sturdy_tasks_total"
-                       and labels["outcome"] == "succeeded") > 0, got
+                       and (labels["outcome"], labels["build"]) == ("succeeded", B2)) > 0, got
     # Every worker answers the agent's health query with its build, release, queues and (none) running tasks.
     answers = json.loads(host(WEB).check_output(
         "/usr/local/sbin/shop-task --agent health --celery-app shopdemo.celery --timeout 2").splitlines()[-1])
@@ -87,10 +87,12 @@ def test_readme_status_shows_every_instance_on_its_build_and_no_problem():
     for answer in answers.values():
         assert (answer["build_id"], answer["release"], answer["queues"], answer["tasks"]) == (
             B2, f"/srv/shop/releases/{B2}", ["default"], []), answer
-    # The worker's own log lines carry the build it was started as (LogExtraFields=).
+    # The worker's own log lines carry the build it was started as (LogExtraFields=): the last lines of its running
+    # invocation, read without filtering on the field, all name build 2.
     for name in WORKERS:
-        lines = host(name).check_output(f"journalctl -o json -n 5 _SYSTEMD_UNIT=shop-worker@1.service STURDY_BUILD_ID={B2}")
-        assert lines and all(json.loads(line)["STURDY_BUILD_ID"] == B2 for line in lines.splitlines())
+        invocation = host(name).check_output("systemctl show -P InvocationID shop-worker@1.service")
+        lines = host(name).check_output(f"journalctl -o json -n 5 _SYSTEMD_INVOCATION_ID={invocation}")
+        assert lines and all(json.loads(line).get("STURDY_BUILD_ID") == B2 for line in lines.splitlines()), lines
 
 
 def test_alerts_playbook_installs_the_rules_prometheus_loads_them_and_reads_every_host():
@@ -364,6 +366,25 @@ def test_a_poison_task_stops_after_max_deliveries_while_a_2000_task_backlog_drai
     assert poison[0]["reason"].startswith("delivered 6 times without an acknowledgement (max_deliveries=5)")
     # The units never restarted: only the pool's children died.
     assert unit_states(WORKERS, WORKER_UNITS) == {key: (True, n) for key, (dummy, n) in before.items()}
+    # Each pool process the poison killed left its task record open; the pool replaced it, and the agent closed the
+    # record. A later death of the whole worker must not be blamed on the poison.
+    find = (f"grep -l '\"{sent['poison_id']}\"' /var/lib/shop/sturdy-tasks/shop-worker@*.service/*.json "
+            "2>/dev/null || true")
+    ran = {name: host(name).check_output(find).split() for name in WORKERS}
+    name, path = next((n, paths[0]) for n, paths in ran.items() if paths)
+    record = json.loads(host(name).check_output(f"cat {path}"))
+    assert record["end"] == "its pool process died running it, and the pool replaced it", record
+    unit = path.split("/")[-2]
+    h = host(name)
+    pid = h.check_output(f"systemctl show -P MainPID {unit}")
+    h.check_output(f"python3 -c 'import os, signal; os.killpg({pid}, signal.SIGKILL)'")
+    wait_for(f"{unit} back after kill -9", lambda: h.check_output(
+        f"systemctl show -P MainPID {unit}") not in ("0", pid) and h.run(f"systemctl is-active {unit}").rc == 0, 90)
+    result = run_as_readme(readme_command("diagnose"))
+    text = said(result)
+    assert result.returncode == 0, text[-3000:]
+    assert f"{name} {unit}: active" in text and "last death: killed by SIGKILL" in text, text[-3000:]
+    assert "shopdemo.poison" not in text and sent["poison_id"] not in text, text[-3000:]
 
 
 def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_and_runs_each_task_once():
@@ -388,6 +409,8 @@ def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_an
         if (default_queue(web).get("depth") or 0) < 8:
             top_up()
 
+    old = {(name, unit): host(name).check_output(f"systemctl show -P InvocationID {unit}")
+           for name in WORKERS for unit in WORKER_UNITS}
     rep = deploy_while(B2, keep_the_backlog, 3, sturdy_smoke_test_timeout=4)
     answered = {}
     for name in WORKERS:
@@ -397,7 +420,14 @@ def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_an
             answered[f"{name}/{unit}"] = (inst["smoke_ran_in"], [b["name"] for b in inst["smoke_busy"]])
     # Each stop waited for the long task running in its slot (a warm shutdown), and the report says how long.
     stops = [rep["hosts"][name]["instances"][unit]["stop_seconds"] for name in WORKERS for unit in WORKER_UNITS]
-    assert all(s is not None for s in stops) and max(stops) >= 1, stops
+    assert all(s is not None and s > 0 for s in stops), stops
+    # In each old worker's own log, the task it was running finished after its warm shutdown began: the stop waited
+    # for it (a stop that killed it would log no success after the shutdown line).
+    for (name, unit), invocation in old.items():
+        log = host(name).check_output(f"journalctl -o cat _SYSTEMD_INVOCATION_ID={invocation}").splitlines()
+        began = next((i for i, line in enumerate(log) if "Warm shutdown" in line), None)
+        assert began is not None and any("shopdemo.sleep" in line and "succeeded in" in line
+                                         for line in log[began:]), (name, unit, log[-20:])
     assert any("its stop waited" in line for line in rep["summary"]), rep["summary"]
     # Busy instances answered from their main process, naming the long task in their only slot.
     assert ("worker", ["shopdemo.sleep"]) in answered.values(), answered
