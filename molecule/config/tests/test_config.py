@@ -217,10 +217,16 @@ def unlimited(instances: int) -> list[dict]:
 def test_more_instances_is_a_release_that_restarts_none_and_its_rollback_stops_only_the_new_one():
     assert deploy(B1, sturdy_processes=unlimited(2)).returncode == 0
     before = {name: invocation_ids(name) for name in WORKERS}
-    result = deploy(B1, sturdy_processes=unlimited(3))
+    metrics = ("/etc/systemd/system/sturdy-metrics-shop.timer /etc/systemd/system/sturdy-metrics-shop.service "
+               "/var/lib/prometheus/node-exporter/sturdy_shop.prom")
+    assert all(host(name).run(f"ls {metrics}").rc == 0 for name in WORKERS)
+    # The same deploy turns the metrics off, as the README says it does: the timer and the file go.
+    result = deploy(B1, sturdy_processes=unlimited(3), sturdy_metrics_enabled=False)
     assert result.returncode == 0, said(result)[-3000:]
     rep = report()
     for name in WORKERS:
+        assert host(name).check_output(f"ls {metrics} 2>/dev/null || true") == "", name
+        assert host(name).run("systemctl is-active --quiet sturdy-metrics-shop.timer").rc != 0
         assert rep["hosts"][name]["release"].startswith(f"{B1}~"), rep["hosts"][name]
         assert instances(name) == [*UNITS, "shop-worker@3.service"]
         # Same unit files: the running instances were not touched.

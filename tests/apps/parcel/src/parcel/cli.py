@@ -1,6 +1,7 @@
 """parcel-send: enqueue parcels to weigh (the Redis URL in RQ_REDIS_URL, as `rq worker` reads it).
 
     parcel-send PREFIX COUNT [--seconds S]           COUNT jobs, ids PREFIX-1..COUNT; prints {"sent": COUNT}
+    parcel-send PREFIX COUNT --until KEY             COUNT jobs that run until the Redis key KEY exists
     parcel-send PREFIX --stream STOPFILE [--every T]  one job every T seconds until STOPFILE exists, then waits until
                                                       every job ran; prints what was sent, weighed, missing, failed
 """
@@ -27,6 +28,7 @@ def send(argv=None) -> int:
     parser.add_argument("prefix")
     parser.add_argument("count", type=int, nargs="?", default=0)
     parser.add_argument("--seconds", type=float, default=0.0)
+    parser.add_argument("--until", metavar="KEY", help="the jobs run until this Redis key exists")
     parser.add_argument("--stream", metavar="STOPFILE")
     parser.add_argument("--every", type=float, default=0.2)
     parser.add_argument("--wait", type=float, default=300.0, help="how long a stream waits for its last jobs")
@@ -36,7 +38,8 @@ def send(argv=None) -> int:
 
     def one(n: int) -> str:
         parcel = f"{args.prefix}-{n}"
-        queue.enqueue("parcel.jobs.weigh", parcel, args.seconds, job_id=parcel, result_ttl=3600, failure_ttl=86400)
+        queue.enqueue("parcel.jobs.weigh", parcel, args.seconds, args.until, job_id=parcel, result_ttl=3600,
+                      failure_ttl=86400)
         return parcel
 
     if not args.stream:

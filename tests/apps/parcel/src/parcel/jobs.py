@@ -12,10 +12,17 @@ from rq import get_current_job
 WEIGHED = "parcel:weighed"
 
 
-def weigh(parcel_id: str, seconds: float = 0.0) -> dict:
-    """Take `seconds`, then record which build, unit and host weighed `parcel_id` (HSET parcel:weighed)."""
+def weigh(parcel_id: str, seconds: float = 0.0, until: str | None = None) -> dict:
+    """Take `seconds` (or, with `until`, run until that Redis key exists, at most 10 minutes: a job a test ends when
+    it is done with it, instead of racing its length), then record which build, unit and host weighed `parcel_id`
+    (HSET parcel:weighed)."""
     started = time.time()
-    time.sleep(seconds)
+    if until:
+        conn = get_current_job().connection
+        while not conn.exists(until) and time.time() - started < 600:
+            time.sleep(0.1)
+    else:
+        time.sleep(seconds)
     done = {"build": os.environ.get("STURDY_BUILD_ID"), "host": socket.gethostname(),
             "unit": "{}@{}".format(os.environ.get("STURDY_PROCESS"), os.environ.get("STURDY_INSTANCE")),
             "started": started, "ended": time.time()}
