@@ -18,11 +18,17 @@ description:
   - Without a term (a play's C(serial)), it takes an extra var or a play var, or else what this run's preflight read
     (the C(batches) of the C(__sturdy_deploy_run) fact it set on the play's hosts), or else the default.
   - Use it with C(query), which keeps the list.
+  - "With O(problem=true), it raises nothing and returns what is wrong (one line naming C(sturdy_deploy_serial) and
+    the fix), or nothing; a task can refuse the run with that line alone."
 options:
   _terms:
     description: The play's hosts (C(ansible_play_hosts_all)), given by the preflight only.
     type: list
     elements: str
+  problem:
+    description: Return the problem with the value (as a one-element list), or an empty list, instead of the batches.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -42,7 +48,7 @@ _raw:
 import json
 from collections.abc import Mapping
 
-from ansible.errors import AnsibleLookupError
+from ansible.errors import AnsibleError, AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 from ansible_collections.sturdy.workers.plugins.filter.batches import batches
@@ -60,6 +66,12 @@ def _held(hostvars, hosts):
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
+        if kwargs.pop("problem", False):
+            try:
+                self.run(terms, variables, **kwargs)
+            except AnsibleError as exc:
+                return [str(exc.message if hasattr(exc, "message") else exc)]
+            return []
         variables = variables or {}
         hostvars = variables.get("hostvars")
         if terms:

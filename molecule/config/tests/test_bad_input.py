@@ -10,9 +10,12 @@ instances' invocations). The rows run four at a time: each is refused in preflig
 from __future__ import annotations
 
 import json
+import subprocess
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from conftest import B1, SECRET, WORKERS, deploy, host, said, worker
+import yaml
+from conftest import B1, BOOKWORM, SECRET, TRIXIE, WORKERS, deploy_cmd, host, said, worker
 
 
 def snapshot(name: str) -> str:
@@ -89,14 +92,31 @@ ROWS = [
     ("secrets delivery unknown", {"sturdy_secrets_delivery": "vault"}, "sturdy_secrets_delivery"),
     ("singleton host unknown", {"sturdy_worker_singleton_host": "no-such-host"},
      "sturdy_worker_singleton_host=no-such-host"),
+    # Host variables, from an inventory given beside molecule's: the hosts of one play hold different batches.
+    ("batches differ between hosts", {"inventory": {BOOKWORM: {"sturdy_deploy_serial": 1},
+                                                    TRIXIE: {"sturdy_deploy_serial": "100%"}}},
+     "sturdy_deploy_serial differs between the play's hosts"),
 ]
+
+
+def refused(row: tuple) -> subprocess.CompletedProcess:
+    """The deploy of build 1 with the row's extra vars (and host variables, from an inventory of their own)."""
+    extra = dict(row[1])
+    hostvars = extra.pop("inventory", None)
+    argv = deploy_cmd(B1, **extra)
+    with tempfile.NamedTemporaryFile("w", suffix=".yml") as inventory:
+        if hostvars:
+            yaml.safe_dump({"all": {"hosts": hostvars}}, inventory)
+            inventory.flush()
+            argv[1:1] = ["-i", inventory.name]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
 
 
 def test_every_bad_input_is_refused_in_one_line_naming_the_variable_and_no_host_changes():
     assert len(ROWS) >= 30
     before = {name: snapshot(name) for name in WORKERS}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda row: deploy(B1, **row[1]), ROWS))
+        results = list(pool.map(refused, ROWS))
     wrong = []
     for (what, extra, expected), result in zip(ROWS, results):
         out = said(result)

@@ -33,6 +33,18 @@ def test_the_plays_hosts_holding_different_values_are_refused_naming_them():
         run([["app1", "app2", "bill1"]], {"sturdy_deploy_serial": [1, "50%"], "hostvars": hostvars})
 
 
+def test_asked_for_the_problem_it_returns_the_line_instead_of_raising():
+    loader = DataLoader()
+    lookup = LookupModule(loader=loader, templar=Templar(loader=loader))
+    hostvars = SHOP | BILLING
+    (line,) = lookup.run([["app1", "app2", "bill1"]], variables={"sturdy_deploy_serial": [1, "50%"],
+                                                               "hostvars": hostvars}, problem=True)
+    assert line.startswith("sturdy_deploy_serial differs between the play's hosts"), line
+    (line,) = lookup.run([["bill1"]], variables={"sturdy_deploy_serial": "abc", "hostvars": {}}, problem=True)
+    assert line.startswith("sturdy_deploy_serial='abc'"), line
+    assert lookup.run([["bill1"]], variables={"sturdy_deploy_serial": 1, "hostvars": hostvars}, problem=True) == []
+
+
 def test_a_plays_serial_takes_an_extra_or_play_var_or_else_what_this_runs_preflight_read():
     groups = {"all": ["app1", "app2", "bill1"]}
     assert run([], {"groups": groups, "sturdy_deploy_serial": "[2]", "hostvars": SHOP | BILLING}) == [2]
