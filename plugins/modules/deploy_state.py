@@ -131,6 +131,11 @@ same:
   description: With O(state=query), whether nothing differs from the last successful deploy of O(build_id).
   returned: always
   type: bool
+current:
+  description: With O(state=query), the build the C(current) link names; none on a host that never ran the app.
+  returned: with O(state=query)
+  type: str
+  sample: 2026.12.03-1
 why:
   description: With O(state=query), the first difference found (empty when RV(same)).
   returned: always
@@ -246,6 +251,7 @@ def main():
     except ReleaseError as exc:
         current, complete = None, False
         out["why"] = str(exc)
+    out["current"] = current
     if not out["why"]:
         out["why"] = differs(found, p["build_id"], p["fingerprint"], file_digests(p["files"]), current, p["units"],
                              read["units"], layout.release(p["build_id"]), layout.releases, p["elsewhere"])

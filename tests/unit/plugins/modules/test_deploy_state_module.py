@@ -38,7 +38,7 @@ def test_records_a_success_then_finds_nothing_different_and_names_what_changed(r
     assert (os.stat(root / ".deployed.json").st_mode & 0o777) == 0o600
     query = {**common, "target": "shop.target", "units": ["shop-worker@1.service"], "_ansible_check_mode": True}
     result, dummy = run_module(deploy_state, query, systemd())
-    assert (result["same"], result["why"], result["recorded_build"]) == (True, "", BUILD)
+    assert (result["same"], result["why"], result["recorded_build"], result["current"]) == (True, "", BUILD, BUILD)
     assert result["units"]["shop-worker@1.service"]["Cwd"] is None and result["members"] == ["shop-worker@1.service"]
     unit.write_text("[Service]\nKillMode=process\n")
     result, dummy = run_module(deploy_state, query, systemd())
@@ -59,6 +59,7 @@ def test_without_a_record_or_a_complete_release_it_differs(run_module, tmp_path)
     query = {"root": str(root), "build_id": BUILD, "target": "shop.target", "units": ["shop-worker@1.service"]}
     result, dummy = run_module(deploy_state, query, systemd())
     assert (result["same"], result["why"], result["recorded_build"]) == (False, "no successful deploy is recorded here", "")
+    assert result["current"] is None
     os.symlink("/etc", root / "current")
     result, dummy = run_module(deploy_state, query, systemd())
     assert result["same"] is False and "is not a release under" in result["why"]
