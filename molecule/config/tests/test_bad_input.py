@@ -90,8 +90,9 @@ ROWS = [
     ("app name invalid", {"sturdy_app": "Shop"}, 'sturdy_app="Shop" cannot name units'),
     ("build ID with a space", {"sturdy_build_id": "2026 11 29"}, 'sturdy_build_id="2026 11 29"'),
     ("secrets delivery unknown", {"sturdy_secrets_delivery": "vault"}, "sturdy_secrets_delivery"),
-    ("singleton host unknown", {"sturdy_worker_singleton_host": "no-such-host"},
-     "sturdy_worker_singleton_host=no-such-host"),
+    ("singleton host unknown", {"sturdy_worker_singleton_host": "no-such-host", "sturdy_processes": [
+        worker(), {"name": "beat", "command": ["bin/shop-worker"], "singleton": True}]},
+     "sturdy_worker_singleton_host=no-such-host is not a host of this inventory"),
     # Host variables, from an inventory given beside molecule's: the hosts of one play hold different batches.
     ("batches differ between hosts", {"inventory": {BOOKWORM: {"sturdy_deploy_serial": 1},
                                                     TRIXIE: {"sturdy_deploy_serial": "100%"}}},
