@@ -60,8 +60,8 @@ ROWS = [
     ("queues one string", declared(queues="default"), 'sturdy_processes[worker].queues="default": give a list'),
     ("environment a list", declared(environment=["A=1"]), 'sturdy_processes[worker].environment=["A=1"]: give a '
                                                           "mapping"),
-    ("environment name invalid", declared(environment={"SHOP-REGION": "eu"}), "sturdy_processes[worker].environment:"
-                                                                               " 'SHOP-REGION' is not a valid"),
+    ("environment name invalid", declared(environment={"SHOP-REGION": "eu"}),
+     "sturdy_processes[worker].environment: 'SHOP-REGION' is not a valid"),
     ("option misspelt", declared(instance=2), "sturdy_processes[worker] has no option instance: did you mean "
                                               "instances?"),
     ("option misspelt twice", declared(max_task_run_time=30), "did you mean max_task_runtime?"),

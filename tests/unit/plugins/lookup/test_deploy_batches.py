@@ -37,8 +37,8 @@ def test_asked_for_the_problem_it_returns_the_line_instead_of_raising():
     loader = DataLoader()
     lookup = LookupModule(loader=loader, templar=Templar(loader=loader))
     hostvars = SHOP | BILLING
-    (line,) = lookup.run([["app1", "app2", "bill1"]], variables={"sturdy_deploy_serial": [1, "50%"],
-                                                               "hostvars": hostvars}, problem=True)
+    differing = {"sturdy_deploy_serial": [1, "50%"], "hostvars": hostvars}
+    (line,) = lookup.run([["app1", "app2", "bill1"]], variables=differing, problem=True)
     assert line.startswith("sturdy_deploy_serial differs between the play's hosts"), line
     (line,) = lookup.run([["bill1"]], variables={"sturdy_deploy_serial": "abc", "hostvars": {}}, problem=True)
     assert line.startswith("sturdy_deploy_serial='abc'"), line

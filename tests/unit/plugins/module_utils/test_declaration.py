@@ -70,8 +70,8 @@ def test_the_shape_of_the_declaration():
 def test_the_filter_adds_what_the_plans_refuse_and_never_raises():
     assert declaration_problems([GOOD], app="shop") == []
     assert declaration_problems([GOOD], app="Shop")[0].startswith('sturdy_app="Shop" cannot name units')
-    assert declaration_problems([GOOD, GOOD], app="shop")[0].startswith('sturdy_processes[].name="worker" is '
-                                                                          "declared more than once")
+    twice = declaration_problems([GOOD, GOOD], app="shop")
+    assert twice[0].startswith('sturdy_processes[].name="worker" is declared more than once')
     assert declaration_problems([{**GOOD, "command": ["../x"]}], app="shop")[0].startswith(
         "sturdy_processes[worker].command[0]:")
     defaults = {"restart": "on-failure", "restart_sec": 2, "restart_steps": 0, "restart_max_delay": 2,
