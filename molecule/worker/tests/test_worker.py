@@ -431,7 +431,7 @@ NEGATIVE = {
     ),
     "negative instance count": (
         {"sturdy_processes": _with("worker", instances=-1)},
-        "sturdy_processes[worker].instances=-1 is out of range",
+        "sturdy_processes[worker].instances=-1: give a whole number 0 or more",
     ),
     "instance count that is not a number": (
         {"sturdy_processes": _with("worker", instances="three")},
