@@ -70,7 +70,7 @@ class LookupModule(LookupBase):
             try:
                 self.run(terms, variables, **kwargs)
             except AnsibleError as exc:
-                return [str(exc.message if hasattr(exc, "message") else exc)]
+                return [exc.message]
             return []
         variables = variables or {}
         hostvars = variables.get("hostvars")
