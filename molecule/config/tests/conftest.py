@@ -119,9 +119,9 @@ def live_release(name: str) -> str:
 
 
 def running_build(name: str, unit: str) -> str:
-    h = host(name)
-    pid = h.check_output(f"systemctl show -P MainPID {unit}")
-    return h.check_output(f"readlink /proc/{pid}/cwd").rsplit("/", 1)[-1]
+    """The build directory the unit's main process runs in; "" while it has none (stopped, restarting)."""
+    cwd = host(name).run(f"readlink /proc/$(systemctl show -P MainPID {unit})/cwd").stdout.strip()
+    return cwd.rsplit("/", 1)[-1] if cwd else ""
 
 
 def instances(name: str) -> list[str]:
