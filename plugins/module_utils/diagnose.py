@@ -104,10 +104,10 @@ def oom_events(memory_events: str | None) -> int:
 
 
 def kernel_oom(lines: list[str], unit: str) -> list[str]:
-    """Kernel OOM lines that name the unit (task_memcg=/.../<unit>) or, when none does, any OOM line."""
-    ooms = [line for line in lines if OOM_KERNEL.search(line)]
-    named = [line for line in ooms if unit in line]
-    return named or ooms
+    """Kernel OOM lines that name the unit: the kernel's oom-kill: line names the victim's cgroup (task_memcg=, the
+    unit's own or a container's path ending in it), on cgroup v1 and v2 alike. An OOM kill naming another cgroup
+    killed a process of another unit (or another container on the same kernel): it does not explain this death."""
+    return [line for line in lines if OOM_KERNEL.search(line) and unit in line]
 
 
 def task_words(task: dict) -> str:

@@ -101,8 +101,13 @@ def test_systemd_and_kernel_records_name_the_cause(props, pid1, memory, kernel, 
 
 def test_oom_helpers():
     assert oom_events("oom 2\noom_kill 2\n") == 2 and oom_events(None) == 0
-    assert kernel_oom(["x", "oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/other.service"], UNIT) == [
-        "oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/other.service"]
+    # Another unit's (or another container's) OOM kill in the window does not explain this one's death.
+    other = ["x", "oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/a/other.service,task=python3,pid=7",
+             "Memory cgroup out of memory: Killed process 7 (python3) total-vm:218580kB"]
+    assert kernel_oom(other, UNIT) == []
+    # Its own, as a container's systemd on a cgroup v1 host sees it (the host's path ends in the unit).
+    own = f"oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/libpod_parent/libpod-1f/system.slice/{UNIT},task=celery"
+    assert kernel_oom([*other, own], UNIT) == [own]
 
 
 @pytest.mark.parametrize("task,words", [
