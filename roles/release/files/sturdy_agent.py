@@ -1134,7 +1134,8 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
         # A real queue is named as the app routes it; an instance's smoke queue is declared as its worker declares it.
         destination = own_queue(queue) if queue.startswith(SMOKE_PREFIX) else queue
         try:
-            result = app.send_task(SMOKE_TASK, args=[token], queue=destination, expires=timeout)
+            result = through_an_outage(lambda: app.send_task(SMOKE_TASK, args=[token], queue=destination,
+                                                             expires=timeout), started + timeout)
         except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
             found[queue] = {"queue": queue, "token": token, **failed(exc)}
             continue
@@ -1143,14 +1144,15 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
     for queue, token, started, result in sent:
         entry = {"queue": queue, "token": token}
         try:
-            got = result.get(timeout=max(0.1, deadline - time.monotonic()), propagate=True)
+            got = through_an_outage(lambda: result.get(timeout=max(0.1, deadline - time.monotonic()),
+                                                       propagate=True), deadline)
             entry.update(ok=got.get("token") == token, answer=got, latency=round(time.monotonic() - started, 3))
         except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
             entry.update(failed(exc))
         found[queue] = entry
     if any(backlog.values()):
         started = time.monotonic()
-        nodes = health_of(app, min(timeout, 5.0))
+        nodes = through_an_outage(lambda: health_of(app, min(timeout, 5.0)), started + timeout)
         for queue, depth in backlog.items():
             if depth:
                 consumers = [{"node": node, **{k: reply.get(k) for k in ("build_id", "host", "unit")}}
@@ -1323,6 +1325,18 @@ def failed(exc: BaseException) -> dict:
     socket_error = isinstance(exc, OSError) and not isinstance(exc, TimeoutError)
     return {"ok": False, "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
             "unreachable": type(exc).__name__ in UNREACHABLE or socket_error}
+
+
+def through_an_outage(call, deadline: float):
+    """call() again each second while the broker does not answer, until `deadline` (time.monotonic()): a broker
+    restarted during a deploy (seconds) delays its smoke jobs instead of failing them; one still away then does."""
+    while True:
+        try:
+            return call()
+        except Exception as exc:  # pylint: disable=broad-exception-caught  # only an unreachable broker is waited for
+            if not failed(exc)["unreachable"] or time.monotonic() + 1 > deadline:
+                raise
+            time.sleep(1)
 
 
 def waiting(app, queues: list[str]) -> dict:

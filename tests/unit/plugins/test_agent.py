@@ -380,6 +380,52 @@ def test_smoke_reports_a_job_the_broker_refused_and_still_waits_for_the_others(a
     assert "Error 111 connecting to broker:6379" in mail["error"]
 
 
+def test_a_smoke_job_waits_out_a_broker_restart_within_its_timeout_and_fails_on_one_longer(agent, monkeypatch):
+    class OperationalError(Exception):
+        pass
+
+    clock = [100.0]
+    monkeypatch.setattr(agent.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(agent.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    monkeypatch.setattr(agent, "waiting", lambda app, queues: dict.fromkeys(queues, 0))
+    monkeypatch.setattr(agent.uuid, "uuid4", type("Token", (), {"hex": "t"}))
+
+    def app_down_until(back: float):
+        class Result:
+            def get(self, timeout, propagate):
+                if clock[0] < back:
+                    raise OperationalError("Error 111 connecting to broker:6379. Connection refused.")
+                return {"token": "t", "build_id": "5"}
+
+        class App:
+            conf = type("Conf", (), {"result_backend": "redis://broker:6379/0"})
+
+            def send_task(self, name, args, queue, expires):
+                if clock[0] < back:
+                    raise OperationalError("Error 111 connecting to broker:6379. Connection refused.")
+                return Result()
+        return App()
+
+    # Away 20 s of a 30 s timeout: the job is sent once the broker is back and answered.
+    monkeypatch.setattr(agent, "_celery_app", lambda spec: app_down_until(clock[0] + 20))
+    (entry,) = agent.smoke("shop.celery", ["default"], 30.0)
+    assert entry["ok"] is True and entry["answer"]["build_id"] == "5", entry
+    # Away longer than the timeout: it could not reach the broker, after waiting the timeout and no longer.
+    started = clock[0]
+    monkeypatch.setattr(agent, "_celery_app", lambda spec: app_down_until(clock[0] + 600))
+    (entry,) = agent.smoke("shop.celery", ["default"], 30.0)
+    assert (entry["ok"], entry["unreachable"]) == (False, True) and 29 <= clock[0] - started <= 31, entry
+    # Any other error is not waited for.
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise ValueError("no such task")
+    with pytest.raises(ValueError):
+        agent.through_an_outage(refused, clock[0] + 30)
+    assert calls == [1]
+
+
 def test_a_worker_waiting_for_a_lost_broker_feeds_the_watchdog_and_says_so_until_its_loop_runs_again(agent, monkeypatch):
     sent = []
     monkeypatch.setattr(agent, "notify", sent.append)
