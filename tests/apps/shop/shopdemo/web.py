@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from shopdemo.settings import BUILD_ID
+
+STARTED = time.monotonic()
+# For the tests of a readiness URL: /health answers 503 for the first SHOP_HEALTH_SLOW seconds, or always with
+# SHOP_HEALTH_FAIL=1.
+SLOW = float(os.environ.get("SHOP_HEALTH_SLOW") or 0)
+FAIL = os.environ.get("SHOP_HEALTH_FAIL") == "1"
 
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's naming)
         if self.path != "/health":
             self.send_error(404)
+            return
+        if FAIL or time.monotonic() - STARTED < SLOW:
+            self.send_error(503, "not ready")
             return
         body = json.dumps({"status": "ok", "build_id": BUILD_ID}).encode()
         self.send_response(200)
