@@ -34,7 +34,7 @@ def test_first_deploy_every_instance_answered_build_1():
     # Readiness comes from the agent: Type=notify, and a watchdog the worker feeds.
     h = host(TRIXIE)
     assert h.check_output("systemctl show -P Type shop-worker@1.service") == "notify"
-    assert h.check_output("systemctl show -P WatchdogUSec shop-worker@1.service") == "30s"
+    assert h.check_output("systemctl show -P WatchdogUSec shop-worker@1.service") == "15s"  # the inventory's watchdog_sec
     web = host(WEB).check_output("python3 -c \"import urllib.request as u; "
                                  "print(u.urlopen('http://127.0.0.1:8000/health').read().decode())\"")
     assert json.loads(web)["build_id"] == B1
