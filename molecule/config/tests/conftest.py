@@ -25,6 +25,8 @@ DIST = EPHEMERAL / "dist"
 REPORT = EPHEMERAL / "deploy-report.json"
 GROUP_VARS = yaml.safe_load((INVENTORY / "group_vars" / "all.yml").read_text())
 SECRET = GROUP_VARS["shop_redis_password"]
+# The inventory's worker, as converge.yml deploys it (its Jinja left unrendered: only plain values are read from it).
+(INVENTORY_WORKER,) = yaml.safe_load((INVENTORY / "group_vars" / "workers.yml").read_text())["sturdy_processes"]
 BROKER_URL = f"redis://:{SECRET}@broker:6379/0"
 B1, B2, B3, B4, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 # The release every test starts from and comes back to (converge.yml): build 1, the inventory's declaration (two
@@ -56,7 +58,8 @@ def worker(queues=("default",), consume=None, instances: int = 2, **environment)
     return {"name": "worker", "adapter": "celery", "celery_app": "shopdemo.celery", "queues": list(queues),
             "command": ["bin/shop-worker", "--concurrency", "1", "--loglevel", "INFO", "--without-gossip",
                         "--without-mingle", "-Q", consume],
-            "instances": instances, "rate_limit": 20, "max_task_runtime": 30, "restart_sec": 2, "watchdog_sec": 30,
+            "instances": instances, "rate_limit": 20, "max_task_runtime": 30, "restart_sec": 2,
+            "watchdog_sec": INVENTORY_WORKER["watchdog_sec"],
             "environment": {"SHOP_VISIBILITY_TIMEOUT": "60", **environment}}
 
 

@@ -147,6 +147,24 @@ def test_a_build_refused_for_the_tasks_messages_wait_for_leaves_what_the_running
     host(BOOKWORM).check_output(agent.format("discard --confirm-discard"))
 
 
+def test_a_build_whose_app_does_not_import_is_refused_with_its_error_before_anything_switches():
+    # Build 1's app given SHOP_CRASH_ON_IMPORT=1 by the new declaration raises at import (a RuntimeError naming the
+    # broker URL, a secret): the task-name check imports it from the new release, with the new environment and
+    # secrets, and refuses the deploy with the error's last lines, the secret masked.
+    on_build_1_as_converged()
+    before = everything_read()
+    refused = deploy(B1, sturdy_secrets=secrets(TOKEN_B),
+                     sturdy_processes=[worker(instances=3, SHOP_MARK="new", SHOP_CRASH_ON_IMPORT="1")])
+    text = said(refused)
+    assert refused.returncode != 0
+    assert "could not tell the task names of worker" in text and "does the app import with this build's code" in text, \
+        text[-3000:]
+    assert f"RuntimeError: build {B1} is broken on purpose (crash-on-start variant), broker ********" in text, \
+        text[-3000:]
+    assert SECRET not in refused.stdout + refused.stderr
+    assert everything_read() == before
+
+
 def test_a_renamed_queue_and_more_instances_that_fail_are_rolled_back_and_the_old_queue_is_consumed_again():
     # Build 5 consumes `orders` only, three instances a host, while producers still send to `default` (declared): the
     # real-queue smoke fails once both hosts are switched (one batch), and both go back.
