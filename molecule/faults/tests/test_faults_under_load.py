@@ -145,6 +145,22 @@ def test_a_deploy_under_a_backlog_of_long_tasks_proves_every_instance_at_once_an
     assert runs == dict.fromkeys(batches, {"done": 12, "runs": {"1": 12}}), runs
 
 
+def settled_runs(prefix: str, count: int, limit: float = 660) -> tuple[dict, list[str]]:
+    """runs_of until every task ran, or nothing is left that could run one: no message queued or unacknowledged (a
+    running or rate-held task is unacknowledged) and no new effect for two reads; with where the messages were
+    (unacknowledged, queued, the unacked_mutex's TTL)."""
+    before, deadline = None, time.monotonic() + limit
+    while True:
+        runs = runs_of(prefix, count, tries=1)
+        where = host(BROKER).check_output(
+            f"redis-cli --no-auth-warning -a '{SECRET}' -n 0 eval \"return {{redis.call('hlen', 'unacked'), "
+            "redis.call('llen', 'default'), redis.call('ttl', 'unacked_mutex')}\" 0").split()
+        if runs["done"] == count or time.monotonic() > deadline or (where[:2] == ["0", "0"] and before == runs):
+            return runs, where
+        before = runs if where[:2] == ["0", "0"] else None
+        time.sleep(3)
+
+
 def test_a_broker_stopped_for_20s_longer_than_the_watchdog_mid_rollout_kills_no_worker_and_the_deploy_succeeds():
     # 1,200 short tasks behind the rate limit (20/s: a minute of backlog) when the deploy starts. Redis, the broker
     # and the app's store, is stopped for 20 s as worker-bookworm's first instance restarts, then started again: longer
@@ -185,18 +201,23 @@ def test_a_broker_stopped_for_20s_longer_than_the_watchdog_mid_rollout_kills_no_
             "systemctl show -P Result shop-worker@1.service shop-worker@2.service"), journal[-2000:]
         assert host(name).check_output("systemctl is-active shop-worker@1.service shop-worker@2.service").split() == [
             "active", "active"]
-    # Every task ran to its effect. A task whose acknowledgement the broker could not take runs again once the
-    # visibility timeout (60 s) hands it out: only those in flight at the stop (and the few delivered while Redis shut
-    # down), twice at most, and none lost. That hand-out waits for a worker's sweep of the unacknowledged messages
-    # (every ~100 s), and a sweep cut off by the outage holds kombu's unacked_mutex until it expires (300 s): up to ten
-    # minutes are waited for, and a task still missing then is named with where its message is.
-    runs = runs_of(prefix, 1200, tries=180)
-    where = broker.check_output(f"redis-cli --no-auth-warning -a '{SECRET}' -n 0 eval \"return {{redis.call('hlen', "
-                                "'unacked'), redis.call('llen', 'default'), redis.call('ttl', 'unacked_mutex')}\" 0")
-    assert runs["done"] == 1200 and set(runs["runs"]) <= {"1", "2"}, (runs, f"unacked, queued, mutex ttl: {where}")
+    # Every task ran to its effect, but for the one loss kombu's Redis transport allows. A task whose acknowledgement
+    # the broker could not take runs again once the visibility timeout (60 s) hands it out: only those in flight at the
+    # stop (and the few delivered while Redis shut down), twice at most. That hand-out waits for a worker's sweep of
+    # the unacknowledged messages (every ~100 s), and a sweep cut off by the outage holds kombu's unacked_mutex until
+    # it expires (300 s): up to eleven minutes are waited for, and no longer than something is left that could run.
+    # The loss: kombu takes a message off the list (BRPOP) and records it as unacknowledged in a second command; a
+    # message popped in the instant Redis stops is in no list and no hash when Redis is back, and its task never runs.
+    # One BRPOP is outstanding per consumer, so at most one message per worker instance is lost this way (README,
+    # "The broker away").
+    runs, where = settled_runs(prefix, 1200)
+    lost, consumers = runs["runs"].get("0", 0), len(WORKERS) * len(WORKER_UNITS)
+    assert set(runs["runs"]) <= {"0", "1", "2"} and lost <= consumers, (runs, f"unacked, queued, mutex ttl: {where}")
     assert runs["runs"].get("2", 0) <= in_flight + 5, (runs, in_flight)
+    popped = sum(host(name).check_output(f"journalctl --since @{since} --no-pager -o cat -u 'shop-worker@*'").count(
+        "in append") for name in WORKERS)
     print(f"broker stopped 20 s: deploy {rep['result']} in {rep['seconds']}s, phases {rep['phases']}, runs {runs}, "
-          f"{in_flight} in flight at the stop, stops "
+          f"{in_flight} in flight at the stop, {lost} lost ({popped} tracebacks in kombu's append), stops "
           f"{[rep['hosts'][n]['instances'][u]['stop_seconds'] for n in WORKERS for u in WORKER_UNITS]}")
 
 
