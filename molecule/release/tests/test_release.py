@@ -144,6 +144,97 @@ def test_a_task_a_pool_child_started_just_before_a_warm_shutdown_is_acknowledged
     assert hooked == {"runs": 1, "requeued": 0}, hooked
 
 
+POPPED = """\
+import json, os, signal, socket, sys, threading, time
+from urllib.parse import urlsplit, urlunsplit
+from shopdemo import store
+from shopdemo.celery import app, sleep
+from shopdemo.settings import broker_url
+
+QUEUE, KEY = "sturdy-popped", "popped-1"
+db = store.client()
+db.delete(QUEUE, store.RUNS.format(key=KEY), store.EFFECT.format(key=KEY))
+sleep.apply_async((KEY, 0.1), queue=QUEUE)
+# The worker reaches Redis through a proxy that, the moment Redis's answer to a BRPOP carries the task, forwards it,
+# carries nothing more on the connections it had and closes them, then refuses new ones for 3 s: the broker gone
+# between kombu's pop and its record of the message as unacknowledged, as when Redis stops.
+url = urlsplit(broker_url())
+listener = socket.create_server(("127.0.0.1", 0))
+cut = threading.Event()
+conns = []
+
+
+def pump(src, dst, answers, born):
+    try:
+        while data := src.recv(65536):
+            if cut.is_set() and born <= cut.at:
+                break  # a connection from before the cut carries nothing more: the worker's record never arrives
+            hit = answers and KEY.encode() in data and not cut.is_set()
+            if hit:
+                cut.at = time.monotonic()
+                cut.set()
+            dst.sendall(data)
+            if hit:
+                for s in list(conns):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)  # close() alone wakes no thread blocked on it
+                    except OSError:
+                        pass
+    except OSError:
+        pass
+
+
+def serve():
+    while True:
+        client, _ = listener.accept()
+        if cut.is_set() and time.monotonic() - cut.at < 3:
+            client.close()
+            continue
+        upstream, born = socket.create_connection((url.hostname, url.port or 6379)), time.monotonic()
+        conns.extend([client, upstream])
+        threading.Thread(target=pump, args=(client, upstream, False, born), daemon=True).start()
+        threading.Thread(target=pump, args=(upstream, client, True, born), daemon=True).start()
+
+
+def stop_when_done():
+    cut.wait(60)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not int(db.get(store.RUNS.format(key=KEY)) or 0):
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+cut.at = 0.0
+for target in (serve, stop_when_done):
+    threading.Thread(target=target, daemon=True).start()
+netloc = url.netloc.rsplit("@", 1)[0] + "@" if "@" in url.netloc else ""
+# The environment is what Celery reads first; its command line takes the broker from BROKER_URL, the demo's name too.
+os.environ["CELERY_BROKER_URL"] = os.environ["BROKER_URL"] = urlunsplit(
+    url._replace(netloc=f"{netloc}127.0.0.1:{listener.getsockname()[1]}"))
+try:
+    app.worker_main(["worker", "-Q", QUEUE, "-c", "1", "-P", "prefork", "-n", "popped@%h", "--without-mingle",
+                     "--without-gossip", "--without-heartbeat", "-l", "WARNING"])
+except SystemExit:
+    pass
+print(json.dumps({"cut": cut.is_set(), "runs": int(db.get(store.RUNS.format(key=KEY)) or 0), "queued": db.llen(QUEUE),
+                  "unacked": sum(KEY in v for v in db.hvals("unacked"))}), file=sys.__stdout__)
+db.delete(QUEUE)
+"""
+
+
+def test_a_message_redis_handed_out_as_it_went_away_is_put_back_and_runs_once(host):
+    # kombu takes a message off Redis's list (BRPOP) and records it as unacknowledged in a second command: a broker
+    # gone in between (a Redis stop) leaves it in the worker alone, and kombu drops it. The broker made to go exactly
+    # there, for a worker of the release's app with the secrets as systemd hands them over, without and with the agent.
+    host.check_output(f"cat > /tmp/popped.py <<'EOF'\n{POPPED}EOF")
+    host.check_output("sed 's#^exec .*#exec /srv/shop/current/venv/bin/python /tmp/popped.py#' /usr/local/sbin/shop-task "
+                      "> /tmp/popped.sh && chmod 0700 /tmp/popped.sh")
+    bare = json.loads(host.check_output("timeout 120 /tmp/popped.sh 2>/dev/null").splitlines()[-1])
+    assert bare == {"cut": True, "runs": 0, "queued": 0, "unacked": 0}, bare  # Celery alone: the task is gone
+    hooked = json.loads(host.check_output("STURDY_AGENT=celery timeout 120 /tmp/popped.sh 2>/dev/null").splitlines()[-1])
+    assert hooked == {"cut": True, "runs": 1, "queued": 0, "unacked": 0}, hooked
+
+
 def test_secret_files_have_the_owner_and_mode_of_their_delivery(host):
     if delivery(host) == "env_file":
         env = host.file("/etc/shop/shop.env")

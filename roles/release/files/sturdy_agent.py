@@ -7,7 +7,8 @@ sturdy_agent.pth, which imports it at interpreter start). It does nothing unless
 STURDY_AGENT=celery; then, inside a Celery worker:
 
 - READY=1 to systemd once the worker consumes (Type=notify: `systemctl restart` returns when it is ready),
-  STOPPING=1 on warm shutdown, WATCHDOG=1 from the worker's own event loop when the unit sets WatchdogSec=;
+  STOPPING=1 on warm shutdown, WATCHDOG=1 from the worker's own event loop when the unit sets WatchdogSec=, and
+  every thread's stack in the journal when a watchdog timeout (SIGABRT) or a crash kills it (faulthandler);
 - a per-instance smoke queue (smoke_queue()) and a task `sturdy.smoke` that answers with the build of the
   release the code was loaded from, the host, unit, main PID, release path, the queues the worker consumes
   and its reliability settings. The smoke queue has a consumer and channel of its own (SmokeConsumer), so a smoke
@@ -859,6 +860,8 @@ def install_celery_hooks() -> None:
         if usec and timer is not None:
             # Fed from the worker's event loop: a loop that hangs stops feeding and systemd restarts the unit.
             _STATE["watchdog"] = timer.call_repeatedly(usec / 2e6, loop_alive, priority=10)
+        if timer is not None and "popped" in _STATE:
+            timer.call_repeatedly(2.0, push_back_popped, (sender.app,), priority=10)
         feed_while_reconnecting()
 
     def init(sender=None, instance=None, **_):
@@ -866,6 +869,9 @@ def install_celery_hooks() -> None:
         if own_smoke_queue():
             instance.app.steps["consumer"].add(smoke_consumer_step())
         keep_started_jobs_at_shutdown()
+        if getattr(instance.app.connection_for_write(), "transport_cls", None) in ("redis", "rediss", "sentinel"):
+            keep_messages_popped_as_the_broker_left()
+            _STATE["popped"] = []
 
     def stopping(sig=None, how=None, **_):
         notify(f"STOPPING=1\nSTATUS={how} shutdown ({sig})")
@@ -943,6 +949,66 @@ def keep_started_jobs_at_shutdown() -> None:
 
     sturdy_flush.sturdy = True
     pool_class.flush = sturdy_flush
+
+
+def keep_messages_popped_as_the_broker_left() -> None:
+    """On Redis, keep a message the broker handed out in the instant it went away, instead of losing it.
+
+    kombu's Redis transport takes a message off its list (BRPOP) and records it as unacknowledged in a second command
+    (QoS.append). When the broker is gone by then, the message is in this process alone: kombu drops it with the
+    connection error, and nothing in the broker can hand it out again. Such a message is kept here and put back at the
+    head of its queue once the broker answers again (push_back_popped, on the worker's timer). Kept in memory: a
+    worker stopped before the broker is back still loses it."""
+    try:
+        from kombu.transport import redis as kombu_redis  # pylint: disable=import-outside-toplevel
+    except ImportError:  # no redis-py: not the Redis transport
+        return
+    original = kombu_redis.QoS.append
+    if getattr(original, "sturdy", False):
+        return
+
+    def sturdy_append(qos, message, delivery_tag):
+        try:
+            return original(qos, message, delivery_tag)
+        except qos.channel.connection_errors:
+            info = message.delivery_info or {}
+            _STATE.setdefault("popped", []).append((message._raw,  # pylint: disable=protected-access
+                                                    info.get("exchange"), info.get("routing_key")))
+            raise
+
+    sturdy_append.sturdy = True
+    kombu_redis.QoS.append = sturdy_append
+
+
+def push_back_popped(app, log=None) -> int:
+    """Put the messages keep_messages_popped_as_the_broker_left kept back at the head of their queues, flagged
+    redelivered (the delivery ceiling counts it), once the broker answers; how many. Called on the worker's timer,
+    which runs while the worker is connected."""
+    popped = _STATE.get("popped")
+    if not popped:
+        return 0
+    if log is None:
+        from celery.utils.log import get_logger  # pylint: disable=import-outside-toplevel
+
+        log = get_logger("sturdy_agent")
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=2)
+            channel = conn.default_channel
+            with channel.client.pipeline() as pipe:
+                for payload, exchange, routing_key in popped:
+                    channel._do_restore_message(payload, exchange, routing_key, pipe,  # pylint: disable=protected-access
+                                                leftmost=True)
+                pipe.execute()
+    except Exception as exc:  # pylint: disable=broad-exception-caught  # the broker is still away: at the next tick
+        log.warning("sturdy_agent: %d message(s) the broker handed out as it went away wait to be put back: %s",
+                    len(popped), exc)
+        return 0
+    count = len(popped)
+    log.warning("sturdy_agent: put %d message(s) the broker handed out as it went away back at the head of their "
+                "queue(s) (kombu had not recorded them as unacknowledged)", count)
+    popped.clear()
+    return count
 
 
 def unit_name() -> str:
@@ -1082,6 +1148,16 @@ def install_rq_hooks() -> None:
 HOOKS = {"celery": install_celery_hooks, "rq": install_rq_hooks}
 
 
+def dump_stacks_when_killed() -> None:
+    """Python's faulthandler for the worker (and the processes it forks): the SIGABRT of a watchdog timeout, and a
+    crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL), write every thread's stack to stderr, the unit's journal, before the
+    process dies: where a worker that stopped feeding its watchdog was stuck, which `diagnose` then shows."""
+    import faulthandler  # pylint: disable=import-outside-toplevel
+
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
+
+
 def activate(environ=None) -> None:
     """Entry from sturdy_agent.pth: hook in only where the unit asks for it; never break the interpreter."""
     environ = os.environ if environ is None else environ
@@ -1093,6 +1169,7 @@ def activate(environ=None) -> None:
     os.environ.pop("STURDY_AGENT", None)
     if kind == "rq":
         rq_url_from_credentials(environ)
+    dump_stacks_when_killed()
     try:
         HOOKS[kind]()
     except (ImportError, AttributeError) as exc:

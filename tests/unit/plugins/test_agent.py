@@ -527,3 +527,94 @@ def test_records_a_dead_pool_process_left_are_closed_and_the_live_ones_kept(agen
     assert json.loads((unit / "102.json").read_text())["end"] == "dead-lettered to sturdy.dead.default"
     assert agent.close_task_records(str(unit), "again", 70.0, task_id="poison") == []
     assert not list(unit.glob("*.tmp"))
+
+
+def test_a_message_redis_handed_out_as_it_went_away_is_kept_and_put_back_at_the_head_of_its_queue(agent, monkeypatch):
+    # The boundary that cannot run here: kombu's Redis transport, whose QoS.append (recording a popped message as
+    # unacknowledged) meets a broker that has just gone away.
+    import sys
+    import types
+
+    class Gone(Exception):
+        pass
+
+    class QoS:
+        def __init__(self):
+            self.channel = types.SimpleNamespace(connection_errors=(Gone,))
+
+        def append(self, message, delivery_tag):
+            raise Gone("Connection closed by server.")
+
+    transport = types.ModuleType("kombu.transport.redis")
+    transport.QoS = QoS
+    monkeypatch.setitem(sys.modules, "kombu.transport.redis", transport)
+    monkeypatch.setitem(sys.modules, "kombu.transport", types.SimpleNamespace(redis=transport))
+    agent.keep_messages_popped_as_the_broker_left()
+    agent.keep_messages_popped_as_the_broker_left()  # once only
+    message = types.SimpleNamespace(_raw={"body": "b", "headers": {"id": "t1"}},
+                                    delivery_info={"exchange": "", "routing_key": "default"})
+    # kombu still sees the connection error (it reconnects as before); the message is kept.
+    with pytest.raises(Gone):
+        QoS().append(message, "tag-1")
+    assert agent._STATE["popped"] == [({"body": "b", "headers": {"id": "t1"}}, "", "default")]
+
+    pushed, said = [], []
+    log = types.SimpleNamespace(warning=lambda msg, *args: said.append(msg % args))
+
+    class Pipe:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def execute(self):
+            pushed.append("executed")
+
+    class Channel:
+        client = types.SimpleNamespace(pipeline=Pipe)
+
+        def _do_restore_message(self, payload, exchange, routing_key, pipe, leftmost=False):
+            pushed.append((payload["headers"]["id"], exchange, routing_key, leftmost))
+
+    class Conn:
+        up = False
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def ensure_connection(self, **_):
+            if not Conn.up:
+                raise Gone("Error 111 connecting to broker:6379. Connection refused.")
+
+        default_channel = Channel()
+
+    app = types.SimpleNamespace(connection_for_write=Conn)
+    # The broker still away: nothing put back, the message still kept, and said so.
+    assert agent.push_back_popped(app, log) == 0
+    assert pushed == [] and len(agent._STATE["popped"]) == 1 and "1 message(s)" in said[-1]
+    # Back: put back at the head of its queue in one pipeline, and no longer kept.
+    Conn.up = True
+    assert agent.push_back_popped(app, log) == 1
+    assert pushed == [("t1", "", "default", True), "executed"] and agent._STATE["popped"] == []
+    assert "put 1 message(s)" in said[-1]
+    assert agent.push_back_popped(app, log) == 0
+
+
+def test_a_hooked_worker_writes_its_stacks_to_the_journal_when_its_watchdog_kills_it(agent, monkeypatch):
+    import faulthandler
+
+    was = faulthandler.is_enabled()
+    faulthandler.disable()
+    try:
+        monkeypatch.setitem(agent.HOOKS, "celery", lambda: None)
+        agent._STATE.pop("hooked", None)
+        agent.activate({"STURDY_AGENT": "celery"})
+        assert faulthandler.is_enabled()
+    finally:
+        faulthandler.disable()
+        if was:
+            faulthandler.enable()
