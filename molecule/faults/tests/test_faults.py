@@ -12,11 +12,12 @@ import contextlib
 import json
 import os
 import subprocess
+import tempfile
 import time
 
-from conftest import (APPS, BOOKWORM, BROKER, EPHEMERAL, SECRET, TRIXIE, WEB, WORKERS, collect_and_scrape, host,
-                      prometheus, readme_command, recaps, run_as_readme, runs_of, said, status, task, units_of,
-                      wait_for)
+from conftest import (APPS, BOOKWORM, BROKER, EPHEMERAL, SECRET, TRIXIE, WEB, WORKERS, collect_and_scrape,
+                      dead_letters, host, prometheus, readme_command, recaps, run_as_readme, runs_of, said, status, task,
+                      units_of, wait_for)
 
 B1, B2, B5 = "2026.11.29-1", "2026.11.29-2", "2026.11.29-5"
 
@@ -133,6 +134,8 @@ def test_status_names_a_sigkill_a_stopped_instance_and_a_host_left_on_an_old_rel
         trixie.check_output(f"cd /srv/shop/releases/{B5} && nohup venv/bin/python -c 'import time; time.sleep(300)' "
                             ">/dev/null 2>&1 &")
         stray = trixie.check_output("pgrep -f '^venv/bin/python -c import time'")
+        for name in ("shopdemo.fail", "shopdemo.flaky"):
+            host(WEB).check_output(f"/usr/local/sbin/shop-task --send {name} metrics-{name.split('.')[1]}")
         result, rep = status("--check", "-e", "sturdy_status_fail_on_problem=true")
         text = said(result)
         assert result.returncode != 0
@@ -152,6 +155,34 @@ def test_status_names_a_sigkill_a_stopped_instance_and_a_host_left_on_an_old_rel
         assert all(r["changed"] == 0 for r in recaps(result).values()) and recaps(result)
         # Nothing of the above was changed by the status itself.
         assert trixie.check_output("systemctl is-active shop-worker@2.service || true") == "inactive"
+        # The same restart as metrics; and a task that failed and one retried once, counted under the build that ran
+        # them (the status above ran while the agent counted them).
+        got = collect_and_scrape(TRIXIE)
+        restarts = {(metric, labels["unit"]): value for metric, labels, value in got if metric.startswith("sturdy_rest")}
+        assert restarts[("sturdy_restarts_total", "shop-worker@1.service")] == 1, restarts
+        assert restarts[("sturdy_restarts_last_hour", "shop-worker@1.service")] >= 1, restarts
+        assert restarts[("sturdy_restarts_total", "shop-worker@2.service")] == 0, restarts
+
+        def outcomes():
+            found = {}
+            for name in WORKERS:
+                for metric, labels, value in collect_and_scrape(name):
+                    if metric == "sturdy_tasks_total" and labels["build"] == B2:
+                        found[labels["outcome"]] = found.get(labels["outcome"], 0) + value
+            return found.get("failed", 0) >= 1 and found.get("retried", 0) >= 1 and found
+
+        try:
+            wait_for("a failed and a retried task counted", outcomes, 60)
+        except AssertionError:
+            # Where the two tasks went: their runs, their results, any dead letter (with its reason), and what the
+            # workers logged about them.
+            print("runs of metrics-fail, metrics-flaky:", host(BROKER).run(
+                f"redis-cli --no-auth-warning -a '{SECRET}' -n 0 mget shop:runs:metrics-fail shop:runs:metrics-flaky").stdout)
+            print("dead letters", json.dumps(dead_letters())[:4000])
+            for name in WORKERS:
+                print(name, host(name).run("journalctl --no-pager -o cat -u 'shop-worker@*' -n 400 | grep -E "
+                                           "'shopdemo.fail|shopdemo.flaky|dead-letter|cannot check' | tail -20").stdout)
+            raise
     finally:
         bookworm.check_output(f"ln -sfn releases/{B2} /srv/shop/current.tmp && mv -T /srv/shop/current.tmp /srv/shop/current")
         trixie.run("systemctl start shop-worker@2.service")
@@ -282,32 +313,49 @@ def test_a_task_still_running_at_the_stop_timeout_is_killed_said_so_and_runs_aga
 
 
 def test_a_readiness_url_that_answers_late_is_waited_for_and_one_that_never_answers_2xx_fails_the_restart():
-    # The web process's /health answers 503 for its first 8 s (SHOP_HEALTH_SLOW), then always (SHOP_HEALTH_FAIL), by a
-    # drop-in; the rolling restart the deploy runs, on its own.
+    # The web process's /health answers 503 for its first 20 s (SHOP_HEALTH_SLOW), then always (SHOP_HEALTH_FAIL), by
+    # a drop-in; the rolling restart the deploy runs, on its own. The slow one holds a deploy lock's lease (a lock file
+    # of the test's own, not the app's): a restart longer than 15 s renews it while it waits, a sign of life that a
+    # deploy judged from another controller shows in the middle of a long step.
     web = host(WEB)
     unit, url = "shop-web@1.service", "http://127.0.0.1:8000/health"
-    conf = f"/run/systemd/system/{unit}.d/zz-test.conf"
+    conf, lock = f"/run/systemd/system/{unit}.d/zz-test.conf", "/run/shop-lease-proof.lock"
 
-    def restart(env: str, ready_timeout: int):
+    def restart(env: str, ready_timeout: int, lease=None):
         web.check_output(f"mkdir -p /run/systemd/system/{unit}.d && printf '[Service]\\nEnvironment={env}\\n' > {conf}"
                          " && systemctl daemon-reload")
-        result = subprocess.run(["ansible", WEB, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-o", "-m",
-                                 "sturdy.workers.rolling_restart", "-a", json.dumps(
-                                     {"units": [{"name": unit, "http": url}], "settle": 1,
-                                      "ready_timeout": ready_timeout})],
-                                capture_output=True, text=True, timeout=300, check=False)
-        return result, json.loads(result.stdout.split(" => ", 1)[1])
+        args = {"units": [{"name": unit, "http": url}], "settle": 1, "ready_timeout": ready_timeout, "lease": lease or {}}
+        seen = []
+        with tempfile.TemporaryFile("w+") as out:
+            run = subprocess.Popen(["ansible", WEB, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-o", "-m",
+                                    "sturdy.workers.rolling_restart", "-a", json.dumps(args)],
+                                   stdout=out, stderr=subprocess.STDOUT, text=True)
+            if not lease:
+                run.wait(timeout=300)
+            while run.poll() is None:
+                seen.append(json.loads(web.check_output(f"cat {lock}"))["renewed_epoch"])
+                time.sleep(2)
+            run.wait(timeout=300)
+            out.seek(0)
+            text = out.read()
+        return run.returncode, text, json.loads(text.split(" => ", 1)[1]), seen
 
     try:
-        result, answer = restart("SHOP_HEALTH_SLOW=8", 60)
-        assert result.returncode == 0, said(result)[-3000:]
+        start = float(web.check_output("date +%s.%N"))
+        web.check_output(f"echo '{{\"run_id\": \"lease-proof\", \"started_epoch\": {start}, \"renewed_epoch\": "
+                         f"{start}}}' > {lock}")
+        code, text, answer, seen = restart("SHOP_HEALTH_SLOW=20", 60, {"path": lock, "run_id": "lease-proof"})
+        assert code == 0, text[-3000:]
         (restarted,) = answer["restarted"]
-        assert restarted["ready_seconds"] >= 8, restarted
-        result, answer = restart("SHOP_HEALTH_FAIL=1", 6)
-        assert result.returncode != 0 and answer["failed_unit"] == unit, said(result)[-3000:]
+        assert restarted["ready_seconds"] >= 20, restarted
+        # Read while the module still ran: a renewal about 15 s into it (not the lock's start, not after the end).
+        renewals = sorted(set(seen) - {start})
+        assert renewals and renewals[0] - start >= 14, (start, seen)
+        code, text, answer, dummy = restart("SHOP_HEALTH_FAIL=1", 6)
+        assert code != 0 and answer["failed_unit"] == unit, text[-3000:]
         assert f"{url} did not answer 2xx within 6s" in answer["msg"], answer["msg"]
     finally:
-        web.run(f"rm -f {conf} && systemctl daemon-reload && systemctl restart {unit}")
+        web.run(f"rm -f {conf} {lock} && systemctl daemon-reload && systemctl restart {unit}")
     wait_for(f"{unit} healthy again", lambda: web.run(
         f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{url}\", timeout=2)'").rc == 0, 30)
 

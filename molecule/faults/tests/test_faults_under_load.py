@@ -161,9 +161,9 @@ def settled_runs(prefix: str, count: int, limit: float = 660) -> tuple[dict, lis
         time.sleep(3)
 
 
-def test_a_broker_stopped_for_20s_longer_than_the_watchdog_mid_rollout_kills_no_worker_and_the_deploy_succeeds():
+def test_a_broker_stopped_for_18s_longer_than_the_watchdog_mid_rollout_kills_no_worker_and_the_deploy_succeeds():
     # 1,200 short tasks behind the rate limit (20/s: a minute of backlog) when the deploy starts. Redis, the broker
-    # and the app's store, is stopped for 20 s as worker-bookworm's first instance restarts, then started again: longer
+    # and the app's store, is stopped for 18 s as worker-bookworm's first instance restarts, then started again: longer
     # than the units' WatchdogSec (15 s, ../deploy/inventory), shorter than the smoke timeout (30 s).
     web, broker, bookworm = host(WEB), host(BROKER), host(BOOKWORM)
     prefix = f"brokerdown{int(time.time())}"  # its own run counters on every run of the test
@@ -178,7 +178,7 @@ def test_a_broker_stopped_for_20s_longer_than_the_watchdog_mid_rollout_kills_no_
         # The messages delivered and not yet acknowledged when the broker goes: the only ones that may run twice.
         in_flight = int(broker.check_output(f"redis-cli --no-auth-warning -a '{SECRET}' -n 0 hlen unacked; "
                                             "systemctl stop redis-server"))
-        time.sleep(20)
+        time.sleep(18)
     finally:
         broker.check_output("systemctl start redis-server")
         out, err = run.communicate(timeout=900)
@@ -196,28 +196,35 @@ def test_a_broker_stopped_for_20s_longer_than_the_watchdog_mid_rollout_kills_no_
         # Workers lost the broker for longer than their watchdog, and systemd killed none of them: the agent fed the
         # watchdog from Celery's reconnect loop.
         journal = host(name).check_output(f"journalctl --since @{since} --no-pager -o cat -u 'shop-worker@*'")
+        if "Watchdog timeout" in journal:
+            # What the killed worker did before: systemd's and Celery's lines but the tasks' own, with times.
+            print(host(name).check_output(f"journalctl --since @{since} --no-pager -o short-precise -u 'shop-worker@*' "
+                                          "| grep -vE ' (received|succeeded in)' | tail -150"))
         assert "Cannot connect to redis://" in journal, journal[-2000:]
+        # A task waiting on the app's store (the same Redis) resumed within its time limit (25 s): one killed there
+        # would be a failure, acknowledged, not a lost message.
+        assert "Hard time limit" not in journal, journal[journal.index("Hard time limit") - 2000:][:3000]
         assert "Watchdog timeout" not in journal and "watchdog" not in host(name).check_output(
             "systemctl show -P Result shop-worker@1.service shop-worker@2.service"), journal[-2000:]
         assert host(name).check_output("systemctl is-active shop-worker@1.service shop-worker@2.service").split() == [
             "active", "active"]
-    # Every task ran to its effect, but for the one loss kombu's Redis transport allows. A task whose acknowledgement
-    # the broker could not take runs again once the visibility timeout (60 s) hands it out: only those in flight at the
-    # stop (and the few delivered while Redis shut down), twice at most. That hand-out waits for a worker's sweep of
-    # the unacknowledged messages (every ~100 s), and a sweep cut off by the outage holds kombu's unacked_mutex until
-    # it expires (300 s): up to eleven minutes are waited for, and no longer than something is left that could run.
-    # The loss: kombu takes a message off the list (BRPOP) and records it as unacknowledged in a second command; a
-    # message popped in the instant Redis stops is in no list and no hash when Redis is back, and its task never runs.
-    # One BRPOP is outstanding per consumer, so at most one message per worker instance is lost this way (README,
-    # "The broker away").
+    # Every task ran to its effect. A task whose acknowledgement the broker could not take runs again once the
+    # visibility timeout (60 s) hands it out: only those in flight at the stop (and the few delivered while Redis shut
+    # down), twice at most. That hand-out waits for a worker's sweep of the unacknowledged messages (every ~100 s), and
+    # a sweep cut off by the outage holds kombu's unacked_mutex until it expires (300 s): up to eleven minutes are
+    # waited for, and no longer than something is left that could run. kombu takes a message off the list (BRPOP) and
+    # records it as unacknowledged in a second command; a message popped as Redis stops is kept by the agent and put
+    # back (molecule/release proves it, cut exactly there). One window is left inside Redis: a reply it queued in its
+    # last instant and never sent. One BRPOP is outstanding per consumer, so at most one message per worker instance
+    # can be lost that way (README, "The broker away").
     runs, where = settled_runs(prefix, 1200)
     lost, consumers = runs["runs"].get("0", 0), len(WORKERS) * len(WORKER_UNITS)
     assert set(runs["runs"]) <= {"0", "1", "2"} and lost <= consumers, (runs, f"unacked, queued, mutex ttl: {where}")
     assert runs["runs"].get("2", 0) <= in_flight + 5, (runs, in_flight)
-    popped = sum(host(name).check_output(f"journalctl --since @{since} --no-pager -o cat -u 'shop-worker@*'").count(
-        "in append") for name in WORKERS)
-    print(f"broker stopped 20 s: deploy {rep['result']} in {rep['seconds']}s, phases {rep['phases']}, runs {runs}, "
-          f"{in_flight} in flight at the stop, {lost} lost ({popped} tracebacks in kombu's append), stops "
+    put_back = sum(host(name).check_output(f"journalctl --since @{since} --no-pager -o cat -u 'shop-worker@*'").count(
+        "the broker handed out as it went away back") for name in WORKERS)
+    print(f"broker stopped 18 s: deploy {rep['result']} in {rep['seconds']}s, phases {rep['phases']}, runs {runs}, "
+          f"{in_flight} in flight at the stop, {lost} lost, {put_back} put back by the agent, stops "
           f"{[rep['hosts'][n]['instances'][u]['stop_seconds'] for n in WORKERS for u in WORKER_UNITS]}")
 
 

@@ -65,6 +65,22 @@ def sleep(key: str, seconds: float) -> dict:
     return {"key": key, "build_id": BUILD_ID, "host": socket.gethostname(), "pid": os.getpid()}
 
 
+@app.task(name="shopdemo.fail")
+def fail(key: str) -> None:
+    """A task that fails (its outcome counted as failed)."""
+    store.client().incr(store.RUNS.format(key=key))
+    raise ValueError(f"{key} fails on purpose")
+
+
+@app.task(name="shopdemo.flaky", bind=True, max_retries=1)
+def flaky(self, key: str) -> dict:
+    """A task that asks to be retried once, then succeeds (its first run counted as retried)."""
+    store.client().incr(store.RUNS.format(key=key))
+    if not self.request.retries:
+        raise self.retry(countdown=0)
+    return {"key": key, "build_id": BUILD_ID}
+
+
 @app.task(name="shopdemo.poison")
 def poison(key: str) -> None:
     """A poison message: kills the process that runs it (as a segfault or the OOM killer would), every time."""

@@ -16,6 +16,8 @@ SCHEMA = "shop:schema_version"
 
 def client() -> redis.Redis:
     # The store is the broker's Redis: a task's write waits out a short outage (about a minute of retries) instead of
-    # failing the task after it started, whose message is then acknowledged as failed and its effect never made.
+    # failing the task after it started, whose message is then acknowledged as failed and its effect never made. It
+    # tries again at least every second, so a task waiting on it resumes as soon as Redis is back, well within its
+    # time limit (SHOP_TASK_TIME_LIMIT, 25 s) after an outage of under 20 s.
     return redis.Redis.from_url(result_url(), decode_responses=True,
-                                retry=Retry(ExponentialBackoff(cap=4, base=0.5), 20))
+                                retry=Retry(ExponentialBackoff(cap=1, base=0.25), 60))
