@@ -245,6 +245,46 @@ def test_shrinking_instances_stops_and_disables_the_rest(host, restore):
     assert {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS + SCALERS[:1]} == workers_before
 
 
+def test_a_removed_process_type_is_stopped_and_its_unit_removed_and_another_app_on_the_host_is_untouched(host, restore):
+    # A second app on the same host whose name starts with this one's: demo-api, with a process type called worker too.
+    api = [{"name": "worker", "command": ["/usr/bin/python3", "/opt/sturdy-test/worker.py"], "instances": 2,
+            "user": "demo", "group": "demo"}]
+    api_units = ["demo-api-worker@1.service", "demo-api-worker@2.service"]
+
+    def api_state():
+        return {u: show(host, u, "InvocationID", "ActiveState", "UnitFileState") for u in api_units}, host.check_output(
+            "md5sum /etc/systemd/system/demo-api-worker@.service /etc/systemd/system/demo-api.target")
+
+    try:
+        result = run_role(host, sturdy_app="demo-api", sturdy_processes=api)
+        assert result.returncode == 0, result.stdout[-3000:]
+        api_before = api_state()
+        assert all(props["ActiveState"] == "active" for props in api_before[0].values()), api_before
+        workers_before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS}
+        # demo without its scaler process type: its instances stopped and disabled, its template unit removed.
+        decl = declaration()
+        decl["sturdy_processes"] = [p for p in decl["sturdy_processes"] if p["name"] != "scaler"]
+        result = run_role(host, sturdy_processes=decl["sturdy_processes"])
+        assert result.returncode == 0, result.stdout[-3000:]
+        for unit in SCALERS:
+            assert not host.service(unit).is_running and not host.service(unit).is_enabled, unit
+        assert not host.file("/etc/systemd/system/demo-scaler@.service").exists
+        assert host.check_output("systemctl list-units --all --plain --no-legend 'demo-scaler@*'") == ""
+        # Neither demo's other process type nor the other app was touched.
+        assert {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS} == workers_before
+        assert api_state() == api_before
+        # And the other way round: demo-api shrunk to one instance stops its own second one, nothing of demo.
+        demo_before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS}
+        result = run_role(host, sturdy_app="demo-api", sturdy_processes=[{**api[0], "instances": 1}])
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert not host.service(api_units[1]).is_running and host.service(api_units[0]).is_running
+        assert {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS} == demo_before
+    finally:
+        host.run("systemctl disable --now demo-api.target 'demo-api-worker@*'; rm -f /etc/systemd/system/demo-api*; "
+                 "rm -rf /etc/systemd/system/demo-api.target.wants; systemctl daemon-reload; "
+                 "systemctl reset-failed 'demo-api*'")
+
+
 def test_changed_unit_restarts_instances_one_at_a_time(host, restore):
     before = {u: show(host, u, "InvocationID")["InvocationID"] for u in WORKERS + SCALERS}
     decl = declaration()
