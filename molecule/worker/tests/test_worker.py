@@ -267,7 +267,8 @@ def test_a_removed_process_type_is_stopped_and_its_unit_removed_and_another_app_
         result = run_role(host, sturdy_processes=decl["sturdy_processes"])
         assert result.returncode == 0, result.stdout[-3000:]
         for unit in SCALERS:
-            assert not host.service(unit).is_running and not host.service(unit).is_enabled, unit
+            # Stopped, and no unit file left to enable or start it from.
+            assert show(host, unit, "LoadState", "ActiveState") == {"LoadState": "not-found", "ActiveState": "inactive"}
         assert not host.file("/etc/systemd/system/demo-scaler@.service").exists
         assert host.check_output("systemctl list-units --all --plain --no-legend 'demo-scaler@*'") == ""
         # Neither demo's other process type nor the other app was touched.
