@@ -66,17 +66,23 @@ def deploy(build: str, playbook: str = "converge.yml", **extra) -> subprocess.Co
                           check=False)
 
 
-def deploy_while(build: str, poll, every: float, **extra) -> dict:
-    """Deploy `build` as deploy() does, calling poll() every `every` seconds while it runs; the report of the deploy,
-    which must succeed. The run's output goes to a file: a pipe nobody reads while polling fills up and blocks it."""
+def run_while(argv: list[str], poll, every: float) -> tuple[int, str]:
+    """Run `argv`, calling poll() every `every` seconds while it runs; its exit code and output. The output goes to a
+    file: a pipe nobody reads while polling fills up and blocks the run."""
     with tempfile.TemporaryFile("w+") as out:
-        run = subprocess.Popen(deploy_cmd(build, **extra), stdout=out, stderr=subprocess.STDOUT, text=True)
+        run = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
         while run.poll() is None:
             poll()
             time.sleep(every)
         out.seek(0)
-        text = out.read()
-    assert run.returncode == 0, " ".join(text.split())[-3000:]
+        return run.returncode, out.read()
+
+
+def deploy_while(build: str, poll, every: float, **extra) -> dict:
+    """Deploy `build` as deploy() does, calling poll() every `every` seconds while it runs (run_while); the report of
+    the deploy, which must succeed."""
+    code, text = run_while(deploy_cmd(build, **extra), poll, every)
+    assert code == 0, " ".join(text.split())[-3000:]
     rep = report()
     assert rep["result"] == "success", rep["message"]
     return rep

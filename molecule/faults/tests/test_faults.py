@@ -12,12 +12,11 @@ import contextlib
 import json
 import os
 import subprocess
-import tempfile
 import time
 
 from conftest import (APPS, BOOKWORM, BROKER, EPHEMERAL, SECRET, TRIXIE, WEB, WORKERS, collect_and_scrape,
-                      dead_letters, host, prometheus, readme_command, recaps, run_as_readme, runs_of, said, status, task,
-                      units_of, wait_for)
+                      dead_letters, host, prometheus, readme_command, recaps, run_as_readme, run_while, runs_of, said,
+                      status, task, units_of, wait_for)
 
 B1, B2, B5 = "2026.11.29-1", "2026.11.29-2", "2026.11.29-5"
 
@@ -326,19 +325,14 @@ def test_a_readiness_url_that_answers_late_is_waited_for_and_one_that_never_answ
                          " && systemctl daemon-reload")
         args = {"units": [{"name": unit, "http": url}], "settle": 1, "ready_timeout": ready_timeout, "lease": lease or {}}
         seen = []
-        with tempfile.TemporaryFile("w+") as out:
-            run = subprocess.Popen(["ansible", WEB, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-o", "-m",
-                                    "sturdy.workers.rolling_restart", "-a", json.dumps(args)],
-                                   stdout=out, stderr=subprocess.STDOUT, text=True)
-            if not lease:
-                run.wait(timeout=300)
-            while run.poll() is None:
+
+        def read_the_lease():
+            if lease:
                 seen.append(json.loads(web.check_output(f"cat {lock}"))["renewed_epoch"])
-                time.sleep(2)
-            run.wait(timeout=300)
-            out.seek(0)
-            text = out.read()
-        return run.returncode, text, json.loads(text.split(" => ", 1)[1]), seen
+
+        code, text = run_while(["ansible", WEB, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-o", "-m",
+                                "sturdy.workers.rolling_restart", "-a", json.dumps(args)], read_the_lease, 2)
+        return code, text, json.loads(text.split(" => ", 1)[1]), seen
 
     try:
         start = float(web.check_output("date +%s.%N"))

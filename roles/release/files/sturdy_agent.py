@@ -871,7 +871,6 @@ def install_celery_hooks() -> None:
         keep_started_jobs_at_shutdown()
         if getattr(instance.app.connection_for_write(), "transport_cls", None) in ("redis", "rediss", "sentinel"):
             keep_messages_popped_as_the_broker_left()
-            _STATE["popped"] = []
 
     def stopping(sig=None, how=None, **_):
         notify(f"STOPPING=1\nSTATUS={how} shutdown ({sig})")
@@ -963,6 +962,7 @@ def keep_messages_popped_as_the_broker_left() -> None:
         from kombu.transport import redis as kombu_redis  # pylint: disable=import-outside-toplevel
     except ImportError:  # no redis-py: not the Redis transport
         return
+    _STATE.setdefault("popped", [])
     original = kombu_redis.QoS.append
     if getattr(original, "sturdy", False):
         return
@@ -972,8 +972,8 @@ def keep_messages_popped_as_the_broker_left() -> None:
             return original(qos, message, delivery_tag)
         except qos.channel.connection_errors:
             info = message.delivery_info or {}
-            _STATE.setdefault("popped", []).append((message._raw,  # pylint: disable=protected-access
-                                                    info.get("exchange"), info.get("routing_key")))
+            _STATE["popped"].append((message._raw,  # pylint: disable=protected-access
+                                     info.get("exchange"), info.get("routing_key")))
             raise
 
     sturdy_append.sturdy = True

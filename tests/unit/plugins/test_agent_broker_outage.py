@@ -1,0 +1,160 @@
+"""The worker agent through a broker outage: smoke jobs that wait it out, the watchdog fed while Celery reconnects, a
+message Redis handed out as it went away put back, and the stacks of a worker its watchdog kills."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_a_smoke_job_waits_out_a_broker_restart_within_its_timeout_and_fails_on_one_longer(agent, monkeypatch):
+    class OperationalError(Exception):
+        pass
+
+    clock = [100.0]
+    monkeypatch.setattr(agent.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(agent.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    monkeypatch.setattr(agent, "waiting", lambda app, queues: dict.fromkeys(queues, 0))
+    monkeypatch.setattr(agent.uuid, "uuid4", type("Token", (), {"hex": "t"}))
+
+    def app_down_until(back: float):
+        class Result:
+            def get(self, timeout, propagate):
+                if clock[0] < back:
+                    raise OperationalError("Error 111 connecting to broker:6379. Connection refused.")
+                return {"token": "t", "build_id": "5"}
+
+        class App:
+            conf = type("Conf", (), {"result_backend": "redis://broker:6379/0"})
+
+            def send_task(self, name, args, queue, expires):
+                if clock[0] < back:
+                    raise OperationalError("Error 111 connecting to broker:6379. Connection refused.")
+                return Result()
+        return App()
+
+    # Away 20 s of a 30 s timeout: the job is sent once the broker is back and answered.
+    monkeypatch.setattr(agent, "_celery_app", lambda spec: app_down_until(clock[0] + 20))
+    (entry,) = agent.smoke("shop.celery", ["default"], 30.0)
+    assert entry["ok"] is True and entry["answer"]["build_id"] == "5", entry
+    # Away longer than the timeout: it could not reach the broker, after waiting the timeout and no longer.
+    started = clock[0]
+    monkeypatch.setattr(agent, "_celery_app", lambda spec: app_down_until(clock[0] + 600))
+    (entry,) = agent.smoke("shop.celery", ["default"], 30.0)
+    assert (entry["ok"], entry["unreachable"]) == (False, True) and 29 <= clock[0] - started <= 31, entry
+    # Any other error is not waited for.
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise ValueError("no such task")
+    with pytest.raises(ValueError):
+        agent.through_an_outage(refused, clock[0] + 30)
+    assert calls == [1]
+
+
+def test_a_worker_waiting_for_a_lost_broker_feeds_the_watchdog_and_says_so_until_its_loop_runs_again(agent, monkeypatch):
+    sent = []
+    monkeypatch.setattr(agent, "notify", sent.append)
+    monkeypatch.setitem(agent._STATE, "node", "worker1@h")
+    monkeypatch.delitem(agent._STATE, "watchdog", raising=False)
+    agent.waiting_for_broker()
+    assert sent == []  # before READY systemd watches no watchdog
+    monkeypatch.setitem(agent._STATE, "watchdog", object())
+    agent.waiting_for_broker()
+    agent.waiting_for_broker()
+    assert len(sent) == 2 and sent[0] == sent[1]
+    assert sent[0].startswith("WATCHDOG=1\nSTATUS=waiting for the broker since ")
+    agent.loop_alive()
+    agent.loop_alive()
+    assert sent[2:] == ["WATCHDOG=1\nSTATUS=consuming (worker1@h)", "WATCHDOG=1"]
+
+
+def test_a_message_redis_handed_out_as_it_went_away_is_kept_and_put_back_at_the_head_of_its_queue(agent, monkeypatch):
+    # The boundary that cannot run here: kombu's Redis transport, whose QoS.append (recording a popped message as
+    # unacknowledged) meets a broker that has just gone away.
+    import sys
+    import types
+
+    class Gone(Exception):
+        pass
+
+    class QoS:
+        def __init__(self):
+            self.channel = types.SimpleNamespace(connection_errors=(Gone,))
+
+        def append(self, message, delivery_tag):
+            raise Gone("Connection closed by server.")
+
+    transport = types.ModuleType("kombu.transport.redis")
+    transport.QoS = QoS
+    monkeypatch.setitem(sys.modules, "kombu.transport.redis", transport)
+    monkeypatch.setitem(sys.modules, "kombu.transport", types.SimpleNamespace(redis=transport))
+    agent.keep_messages_popped_as_the_broker_left()
+    agent.keep_messages_popped_as_the_broker_left()  # once only
+    message = types.SimpleNamespace(_raw={"body": "b", "headers": {"id": "t1"}},
+                                    delivery_info={"exchange": "", "routing_key": "default"})
+    # kombu still sees the connection error (it reconnects as before); the message is kept.
+    with pytest.raises(Gone):
+        QoS().append(message, "tag-1")
+    assert agent._STATE["popped"] == [({"body": "b", "headers": {"id": "t1"}}, "", "default")]
+
+    pushed, said = [], []
+    log = types.SimpleNamespace(warning=lambda msg, *args: said.append(msg % args))
+
+    class Pipe:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def execute(self):
+            pushed.append("executed")
+
+    class Channel:
+        client = types.SimpleNamespace(pipeline=Pipe)
+
+        def _do_restore_message(self, payload, exchange, routing_key, pipe, leftmost=False):
+            pushed.append((payload["headers"]["id"], exchange, routing_key, leftmost))
+
+    class Conn:
+        up = False
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def ensure_connection(self, **_):
+            if not Conn.up:
+                raise Gone("Error 111 connecting to broker:6379. Connection refused.")
+
+        default_channel = Channel()
+
+    app = types.SimpleNamespace(connection_for_write=Conn)
+    # The broker still away: nothing put back, the message still kept, and said so.
+    assert agent.push_back_popped(app, log) == 0
+    assert pushed == [] and len(agent._STATE["popped"]) == 1 and "1 message(s)" in said[-1]
+    # Back: put back at the head of its queue in one pipeline, and no longer kept.
+    Conn.up = True
+    assert agent.push_back_popped(app, log) == 1
+    assert pushed == [("t1", "", "default", True), "executed"] and agent._STATE["popped"] == []
+    assert "put 1 message(s)" in said[-1]
+    assert agent.push_back_popped(app, log) == 0
+
+
+def test_a_hooked_worker_writes_its_stacks_to_the_journal_when_its_watchdog_kills_it(agent, monkeypatch):
+    import faulthandler
+
+    was = faulthandler.is_enabled()
+    faulthandler.disable()
+    try:
+        monkeypatch.setitem(agent.HOOKS, "celery", lambda: None)
+        agent._STATE.pop("hooked", None)
+        agent.activate({"STURDY_AGENT": "celery"})
+        assert faulthandler.is_enabled()
+    finally:
+        faulthandler.disable()
+        if was:
+            faulthandler.enable()
