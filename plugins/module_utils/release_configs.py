@@ -426,6 +426,15 @@ def activate(layout: ConfigLayout, name: str, code: Layout, previous: str | None
             "from_build": before_build, "previous": previous, "record": rec}
 
 
+def went_live_at(rec: dict) -> float | None:
+    """When release `rec` last went live (seconds since the epoch), None when it never did."""
+    went = [a["at"] for a in rec.get("activated") or [] if a.get("at")]
+    if not went:
+        return None
+    return datetime.datetime.strptime(max(went), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
 def _failed(rec: dict) -> bool:
     """A release that never went live (its deploy was refused), or that a rollback left since it last did."""
     went = [a.get("at", "") for a in rec.get("activated") or []]

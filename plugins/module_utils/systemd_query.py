@@ -137,6 +137,14 @@ def is_outdated(
     return bool(changed) and max(changed) - monotonic_offset > started
 
 
+def started_at(props: dict[str, str], monotonic_offset: float) -> float | None:
+    """When the running main process started, in seconds since the epoch; None when none runs."""
+    started = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
+    if props.get("ActiveState") not in ("active", "reloading") or props.get("MainPID", "0") in ("", "0") or not started:
+        return None
+    return round(started + monotonic_offset, 3)
+
+
 def find_unit_files(patterns: list[str], marker: str | None, unit_dirs=UNIT_DIRS) -> dict[str, dict]:
     """Unit files whose names match `patterns`, the one systemd would use, and whether it carries `marker`.
 
@@ -194,7 +202,7 @@ def query(
 ) -> dict:
     """systemd version, the target's member services, and properties of the members and `units`.
 
-    Each unit also gets ``Outdated`` (see is_outdated).
+    Each unit also gets ``Outdated`` (see is_outdated) and ``StartedAt`` (see started_at).
     """
     rc, out, err = run(["systemctl", "--version"])
     if rc != 0:
@@ -216,6 +224,7 @@ def query(
         result["units"] = dict(zip(names, blocks))
         for unit_props in result["units"].values():
             unit_props["Outdated"] = is_outdated(unit_props, mtime, offset, read)
+            unit_props["StartedAt"] = started_at(unit_props, offset)
     return result
 
 

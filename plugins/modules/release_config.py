@@ -29,7 +29,8 @@ description:
     the live secrets and the C(current) links (code and config) re-pointed - and names the release live before as
     previous. O(state=rolled_back) does the same for the release O(to) names (empty - the previous one) and clears
     previous, so that a second rollback names its target; RV(migrations) lists the migrations that ran since that
-    release was live (a rollback does not undo them).
+    release was live (a rollback does not undo them). The unit files it writes get the time that release last went
+    live, as they had then, so an instance running since then is not taken for one on an older definition.
   - O(state=annotate) appends O(entry) to the O(key) list of release O(name)'s record (the migrations that ran).
 options:
   app:
@@ -196,6 +197,12 @@ written:
   returned: with O(state=current) or O(state=rolled_back)
   type: list
   elements: str
+at:
+  description:
+    - The host's time (seconds since the epoch) once the release was live and systemd reloaded. A main process that
+      started before it was started from the units live before.
+  returned: with O(state=current) or O(state=rolled_back)
+  type: float
 from:
   description: The release live before (O(state=current), O(state=rolled_back)).
   returned: with O(state=current) or O(state=rolled_back)
@@ -211,6 +218,7 @@ import glob
 import grp
 import os
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -232,6 +240,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.release_configs imp
     secrets_digest,
     stage,
     summary,
+    went_live_at,
     write_generation,
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import Layout, in_use, installed
@@ -406,11 +415,20 @@ def main():
                        target=summary(done["record"]) | {"declared": done["record"].get("declared"),
                                                          "singleton_host": done["record"].get("singleton_host")},
                        **{"from": done["from"], "from_build": done["from_build"]})
+            if p["state"] == "rolled_back" and done["written"] and not check:
+                # The unit files as they were when the release last went live, their time included: an instance
+                # still running since then is not taken for one running an older definition (unit_health Outdated).
+                when = went_live_at(done["record"])
+                for name in done["written"] if when else []:
+                    os.utime(os.path.join(p["unit_dir"], name), (when, when))
             if done["written"] and not check:
                 rc, dummy, err = run(["systemctl", "daemon-reload"])
                 if rc != 0:
                     module.fail_json(msg=f"systemctl daemon-reload failed (rc {rc}): {err.strip()}; the unit files of "
                                          f"release {target} are written", **out)
+            # A process started before this instant was started from the units live before; one started after runs
+            # these (a rollback to the release live before a switch restarts only what started after the switch).
+            out["at"] = time.time()
             if done["from"] != target and not check:
                 annotate(layout, target, "activated", {**p["meta"], "at": now()}, check)
                 if p["state"] == "rolled_back" and done["from"]:

@@ -11,6 +11,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query impor
     parse_show,
     parse_version,
     query,
+    started_at,
     timespan_seconds,
 )
 
@@ -165,6 +166,13 @@ def test_a_changed_credential_makes_the_process_outdated():
 def test_only_a_running_process_can_be_outdated(change):
     props = dict(RUNNING, **change)
     assert not is_outdated(props, lambda path: 99999.0, monotonic_offset=0.0)
+
+
+def test_started_at_puts_the_main_process_start_on_the_wall_clock():
+    # ExecMainStartTimestampMonotonic 100 s, realtime = monotonic + 1000.
+    assert started_at(RUNNING, monotonic_offset=1000.0) == 1100.0
+    for change in ({"ActiveState": "failed"}, {"MainPID": "0"}, {"ExecMainStartTimestampMonotonic": "0"}):
+        assert started_at(dict(RUNNING, **change), monotonic_offset=1000.0) is None
 
 
 def test_find_unit_files_takes_the_first_directory_and_reads_the_marker(tmp_path):

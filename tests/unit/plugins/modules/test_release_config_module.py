@@ -3,6 +3,7 @@ refuse a release that is not kept; systemd's commands answered at the host bound
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 
@@ -53,6 +54,9 @@ def test_install_switch_and_roll_back_with_the_secrets_of_each_release(run_modul
     assert (tree / "etc" / "secrets" / "1" / "shop.env").read_text().endswith('BROKER_URL="one"\n')
     got, calls = run_module(release_config, args(tree, state="current", name="b1"), RESPONSES)
     assert got["written"] == ["shop-worker@.service"] and ["/usr/bin/systemctl", "daemon-reload"] in calls
+    # When it went live: a process started before ran the units live before.
+    assert got["at"] >= os.stat(tree / "units" / "shop-worker@.service").st_mtime
+    b1_live = json.loads((tree / "etc" / "releases" / "b1" / "RELEASE.json").read_text())["activated"][-1]["at"]
     # The same build with a rotated secret: a release of its own, installed beside the live one.
     query, dummy = run_module(release_config, args(tree, secrets={"BROKER_URL": "two"}), RESPONSES)
     assert query["generation"] == {"number": 2, "new": True} and query["current"] == "b1"
@@ -68,6 +72,10 @@ def test_install_switch_and_roll_back_with_the_secrets_of_each_release(run_modul
                                                                               ["shop-worker@.service"])
     assert os.readlink(tree / "etc" / "shop.env") == "secrets/1/shop.env"
     assert got["target"]["declared"] == [] and got["migrations"] == []
+    # Written back with the time b1 last went live, as the file was then: an instance running b1 since is current.
+    went = datetime.datetime.strptime(b1_live, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+    assert os.stat(tree / "units" / "shop-worker@.service").st_mtime == pytest.approx(went.timestamp(), abs=1e-3)
+    assert got["at"] > went.timestamp()
     # Nothing is recorded as previous now: a second plain rollback is refused, naming what is kept.
     got, dummy = run_module(release_config, args(tree, resolve=True), RESPONSES)
     assert got["failed"] and "no previous release is recorded here" in got["msg"] and "b1~2, b1" in got["msg"]
