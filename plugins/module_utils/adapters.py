@@ -11,7 +11,10 @@ one entry per queue: {"queue", "ok", "answer" | "error", "latency"}. The answer 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import time
 from typing import Any
 
 SMOKE_PREFIX = "sturdy.smoke."
@@ -28,11 +31,13 @@ def smoke_queue(unit: str, host: str) -> str:
 
 
 def transient_argv(user: str, group: str, workdir: str, properties: list[str], environment: dict[str, Any],
-                   argv: list[str]) -> list[str]:
+                   argv: list[str], max_seconds: float | None = None) -> list[str]:
     """systemd-run for a command with the units' identity and secrets: their user, release directory and
-    EnvironmentFile=/LoadCredential*= lines, output piped back, exit status returned, nothing left behind."""
+    EnvironmentFile=/LoadCredential*= lines, output piped back, exit status returned, nothing left behind. With
+    `max_seconds`, systemd stops it once it has run that long (RuntimeMaxSec=; see run_bounded)."""
     cmd = ["systemd-run", "--quiet", "--collect", "--pipe", "--wait", f"--uid={user}", f"--gid={group}",
            f"--working-directory={workdir}"]
+    cmd += [f"--property=RuntimeMaxSec={math.ceil(max_seconds)}"] if max_seconds else []
     cmd += [f"--property={line}" for line in properties]
     cmd += [f"--setenv={key}={value}" for key, value in sorted(environment.items())]
     return cmd + ["--", *argv]
@@ -125,12 +130,26 @@ def json_line(text: str, kind: type):
     raise AdapterError(f"no JSON answer in the smoke command's output: {text.strip()[-300:]!r}")
 
 
-def run_agent(run, proc: dict[str, Any], release: str, directives: list[str], argv: list[str], kind: type):
-    """Run `python -m sturdy_agent <argv>` from `release` as the process type's user with the units' secret lines
-    (transient_argv; `run(cmd)` returns rc, stdout, stderr): (its JSON answer of `kind`, None) or (None, why)."""
-    cmd = transient_argv(proc["user"], proc["group"], release, directives, proc.get("environment", {}),
-                         [f"{release}/venv/bin/python", "-m", "sturdy_agent", *argv])
+def run_bounded(run, cmd: list[str], max_seconds: float) -> tuple[int, str, str]:
+    """run(cmd) for a transient_argv(..., max_seconds) command; one that systemd stopped at its limit says so in its
+    error output (systemd-run itself says nothing): the broker may take connections and never answer."""
+    began = time.monotonic()
     rc, out, err = run(cmd)
+    if rc != 0 and time.monotonic() - began >= max_seconds - 0.5:
+        err = (f"{err.rstrip()}\n" if err.strip() else "") + (
+            f"stopped after {max_seconds:g} s without an answer: the broker takes connections and does not answer "
+            "(stopped with SIGSTOP, overloaded, a network path that drops), or the app hangs at import")
+    return rc, out, err
+
+
+def run_agent(run, proc: dict[str, Any], release: str, directives: list[str], argv: list[str], kind: type,
+              max_seconds: float = 300):
+    """Run `python -m sturdy_agent <argv>` from `release` as the process type's user with the units' secret lines
+    (transient_argv; `run(cmd)` returns rc, stdout, stderr), stopped after `max_seconds`: (its JSON answer of
+    `kind`, None) or (None, why)."""
+    cmd = transient_argv(proc["user"], proc["group"], release, directives, proc.get("environment", {}),
+                         [f"{release}/venv/bin/python", "-m", "sturdy_agent", *argv], max_seconds)
+    rc, out, err = run_bounded(run, cmd, max_seconds)
     if rc == 0:
         try:
             return json_line(out, kind), None
@@ -154,6 +173,16 @@ def check_answer(answer: dict, expect: dict[str, Any]) -> list[str]:
     if release and cwd and not (cwd == release or cwd.startswith(release.rstrip("/") + "/")):
         problems.append(f"its working directory {cwd} is outside {release}")
     return problems
+
+
+# The errors of a broker that does not answer at all, as the agent names them (sturdy_agent.UNREACHABLE).
+_UNREACHABLE = re.compile(r"\b(OperationalError|ConnectionError|ConnectionRefusedError|ConnectionResetError|RecvError|"
+                          r"AMQPConnectionError|gaierror)\b|Connection refused|Name or service not known|s without an answer: the broker")
+
+
+def names_an_unreachable_broker(why: str) -> bool:
+    """Whether an agent command's failure (run_agent's why) is a broker that could not be reached at all."""
+    return bool(_UNREACHABLE.search(why or ""))
 
 
 def broker_unreachable(what: str, host: str, entry: dict) -> str:

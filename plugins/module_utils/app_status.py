@@ -16,7 +16,12 @@ import signal
 import time
 from typing import Callable
 
-from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line, transient_argv
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
+    AdapterError,
+    json_line,
+    run_bounded,
+    transient_argv,
+)
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import default_read, parse_show, parse_version
 
 # systemd's catalog IDs (systemd/sd-messages.h), logged by PID 1 with UNIT= set.
@@ -30,6 +35,9 @@ PROPERTIES = (
 )
 
 RELEASE_FILE = "RELEASE.json"
+# How long the agent may take to read an app's queues for the status: a broker that takes connections and never
+# answers must not hold the status (or the deploy report) forever.
+QUEUE_READ_SECONDS = 60
 
 # siginfo si_code of the last main-process exit, as `systemctl show` prints ExecMainCode=.
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
@@ -467,6 +475,6 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
         release = realpath(plan["current"])
         for proc, argv in queue_commands(plan, release, queue_timeout):
             cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
-                                 proc.get("environment", {}), argv)
-            result["queues"] += parse_queue_stats(proc, *run(cmd))
+                                 proc.get("environment", {}), argv, QUEUE_READ_SECONDS)
+            result["queues"] += parse_queue_stats(proc, *run_bounded(run, cmd, QUEUE_READ_SECONDS))
     return result

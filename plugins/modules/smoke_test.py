@@ -147,6 +147,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     check_answer,
     reliability_warnings,
     smoke_queue,
+    run_bounded,
     transient_argv,
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
@@ -191,8 +192,10 @@ def main():
     def send(queues: list[str]) -> list[dict]:
         outputs = []
         for argv in adapter.commands(release, queues, p["timeout"]):
-            cmd = transient_argv(p["user"], p["group"], release, p["properties"], p["environment"], argv)
-            rc, out, err = module.run_command(cmd)
+            # The client waits up to the timeout for the broker to take the jobs, then as long for the answers.
+            limit = 2 * p["timeout"] + 30
+            cmd = transient_argv(p["user"], p["group"], release, p["properties"], p["environment"], argv, limit)
+            rc, out, err = run_bounded(module.run_command, cmd, limit)
             if rc != 0:
                 tail = "\n".join((out + err).strip().splitlines()[-15:])
                 module.fail_json(msg=f"The smoke client failed on {host} (rc {rc}), run from {release} as {p['user']} "

@@ -69,10 +69,15 @@ unread:
 """
 
 import os
+import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.adapters import run_agent
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
+    broker_unreachable,
+    names_an_unreachable_broker,
+    run_agent,
+)
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import queue_groups
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV
@@ -141,6 +146,10 @@ def main():
     def agent(proc, release, queues):
         answer, why = run_agent(lambda cmd: module.run_command([systemd_run, *cmd[1:]], environ_update=ENV), proc,
                                 release, directives, ["names", "--celery-app", proc["celery_app"], *queues], dict)
+        if why and names_an_unreachable_broker(why):
+            module.fail_json(msg=mask(broker_unreachable(
+                f"the task-name check of {proc['name']} (the agent in {release}, reading the queues)",
+                socket.gethostname(), {"error": why}) + ". Nothing was switched"))
         if why:
             module.fail_json(msg=mask(f"the agent in {release} could not tell the task names of {proc['name']} "
                                       f"({why}). Next: does the app import with this build's code and the app's "

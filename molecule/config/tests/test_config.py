@@ -13,6 +13,7 @@ from conftest import (
     B1,
     B2,
     B3,
+    B4,
     B5,
     BOOKWORM,
     SECRET,
@@ -119,6 +120,90 @@ def test_a_deploy_that_ends_before_or_at_the_canary_leaves_what_the_running_unit
     for name in WORKERS:
         assert instances(name) == UNITS, name
         restarted_answers(name, UNITS[0], B1, TOKEN_A)
+
+
+def test_a_surge_instance_that_fails_stops_the_rollout_before_any_running_instance_is_touched():
+    # Celery with a surge: build 4 crashes as an instance starts (its app imports for the task-name check). With
+    # max_surge 1, the canary starts shop-worker@3 on build 4 beside its two running instances: it never becomes
+    # ready, so the rollout stops there, neither running instance is stopped, and the canary goes back.
+    on_build_1_as_converged()
+    before = everything_read()
+    running = {name: invocation_ids(name) for name in WORKERS}
+    declared = [{**unlimited(2)[0], "max_surge": 1}]
+    result = deploy(B4, sturdy_secrets=secrets(TOKEN_B), sturdy_processes=declared)
+    text = said(result)
+    assert result.returncode != 0
+    assert (f"shop-worker@3.service (a surge instance, started beside the running ones before any of them was stopped) "
+            "did not come up on the new code") in text, text[-3000:]
+    assert "No running instance of its process type was stopped" in text, text[-3000:]
+    assert SECRET not in result.stdout + result.stderr
+    rep = report()
+    assert rep["result"] == "rolled_back" and rep["hosts"][BOOKWORM]["rolled_back_to"] == B1, rep["message"]
+    # The two instances on each host run as they ran before the deploy: the same invocation, build 1, the old token.
+    assert {name: invocation_ids(name) for name in WORKERS} == running
+    assert everything_read() == before
+    for name in WORKERS:
+        assert instances(name) == UNITS, name
+        assert all(running_build(name, unit) == B1 for unit in UNITS), name
+
+
+def test_a_broker_that_does_not_answer_is_refused_before_any_change_naming_what_to_check():
+    # Build 5 with another config, Redis stopped: the preflight's look at the broker refuses the deploy on every host.
+    # Past that look (sturdy_deploy_broker empty, as if the broker went as the deploy began), the task-name check
+    # cannot read the queues: it says the broker could not be reached and what to check, not that the app does not
+    # import. Either way nothing the running units read changed and nothing restarted.
+    on_build_1_as_converged()
+    before, running = everything_read(), {name: invocation_ids(name) for name in WORKERS}
+    broker = host("config-broker")
+    try:
+        broker.check_output("systemctl stop redis-server")
+        refused = deploy(B5, **CHANGED)
+        unchecked = deploy(B5, sturdy_deploy_broker={}, **CHANGED)
+    finally:
+        broker.check_output("systemctl start redis-server")
+    assert refused.returncode != 0
+    assert "The broker broker:6379 (sturdy_deploy_broker) does not answer from config-" in said(refused), \
+        said(refused)[-3000:]
+    text = said(unchecked)
+    assert unchecked.returncode != 0
+    assert "the task-name check of worker" in text and "could not reach the broker: rc 1: " in text, text[-3000:]
+    assert "check that the broker runs and that config-" in text and "does the app import" not in text, text[-3000:]
+    assert SECRET not in refused.stdout + refused.stderr + unchecked.stdout + unchecked.stderr
+    assert everything_read() == before
+    assert {name: invocation_ids(name) for name in WORKERS} == running
+    for name in WORKERS:
+        assert task(name, f"broker-back-{name}")["build_id"] == B1
+
+
+def test_a_broker_that_goes_as_the_smoke_jobs_are_sent_fails_them_with_could_not_reach_the_broker():
+    # The live build and config deployed again: nothing to install, each instance's smoke job only. Redis is frozen
+    # (it takes connections and never answers, so the preflight's look passes) and stopped once a smoke client runs:
+    # the jobs wait out the smoke timeout, then fail in the README's words, and nothing restarts.
+    assert deploy(B1).returncode == 0
+    running = {name: invocation_ids(name) for name in WORKERS}
+    broker = host("config-broker")
+    broker.check_output("systemctl kill -s STOP redis-server")
+    run = subprocess.Popen(deploy_cmd(B1, sturdy_smoke_test_timeout=4), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for("a smoke client on a worker host", lambda: any(
+            "sturdy_agent smoke" in host(name).check_output("ps -eo args") for name in WORKERS), 180)
+        # systemd sends SIGCONT after SIGTERM: Redis wakes into its shutdown.
+        broker.check_output("systemctl stop redis-server")
+        out = run.communicate(timeout=300)[0]
+    finally:
+        if run.poll() is None:
+            run.kill()
+        broker.check_output("systemctl start redis-server")
+    text = " ".join(out.split())
+    assert run.returncode != 0
+    assert "could not reach the broker" in text and "check that the broker runs and that config-" in text, text[-3000:]
+    assert SECRET not in out
+    rep = report()
+    assert all(rep["hosts"][name]["unchanged"] for name in WORKERS), rep["hosts"]
+    assert {name: invocation_ids(name) for name in WORKERS} == running
+    for name in WORKERS:
+        assert task(name, f"broker-back-{name}")["build_id"] == B1
 
 
 def test_a_build_refused_for_the_tasks_messages_wait_for_leaves_what_the_running_units_read_byte_identical():

@@ -1200,6 +1200,12 @@ def smoke(celery_app: str, targets: list[str], timeout: float) -> list[dict]:
     if not app.conf.result_backend:
         # The app stores no results: the answers come back as the workers' smoke task sends them (reply_backend()).
         app.conf.result_backend = reply_url(app.connection_for_write().as_uri(include_password=True))
+    # A result backend that goes away while the answers are awaited is retried about once a second for the timeout,
+    # not Celery's 20 tries, so that a broker gone for good fails the smoke job within its deadline.
+    app.conf.result_backend_transport_options = {
+        **(getattr(app.conf, "result_backend_transport_options", None) or {}),
+        "retry_policy": {"max_retries": max(1, int(timeout)), "interval_start": 0, "interval_step": 1,
+                         "interval_max": 1}}
     backlog = waiting(app, [q for q in targets if not q.startswith(SMOKE_PREFIX)])
     sent, found = [], {}
     for queue in targets:
@@ -1398,10 +1404,13 @@ UNREACHABLE = ("OperationalError", "ConnectionError", "ConnectionRefusedError", 
 
 
 def failed(exc: BaseException) -> dict:
-    """A smoke entry for a job that failed: its error, and whether the broker could not be reached at all."""
+    """A smoke entry for a job that failed: its error, and whether the broker could not be reached at all (or the
+    result backend: Celery gives up reconnecting to it with a RuntimeError)."""
     socket_error = isinstance(exc, OSError) and not isinstance(exc, TimeoutError)
-    return {"ok": False, "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
-            "unreachable": type(exc).__name__ in UNREACHABLE or socket_error}
+    backend_gone = isinstance(exc, RuntimeError) and "reconnect to the Celery result store" in str(exc)
+    text = " ".join(str(exc).split())
+    return {"ok": False, "error": f"{type(exc).__name__}: {text}" if text else type(exc).__name__,
+            "unreachable": type(exc).__name__ in UNREACHABLE or socket_error or backend_gone}
 
 
 def through_an_outage(call, deadline: float):

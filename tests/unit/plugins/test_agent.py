@@ -333,6 +333,13 @@ def test_a_smoke_job_the_broker_did_not_take_is_told_apart_from_one_no_worker_an
     assert agent.failed(ConnectionRefusedError(111, "Connection refused"))["unreachable"] is True
     assert agent.failed(TimeoutError("The operation timed out."))["unreachable"] is False
     assert agent.failed(TimeoutError())["error"] == "TimeoutError"
+    # Celery's Redis result backend giving up reconnecting (the broker's Redis stopped while answers were awaited).
+    gone = agent.failed(RuntimeError("\nRetry limit exceeded while trying to reconnect to the Celery result store\n"
+                                     "backend. The Celery application must be restarted.\n"))
+    assert gone == {"ok": False, "unreachable": True,
+                    "error": "RuntimeError: Retry limit exceeded while trying to reconnect to the Celery result store "
+                             "backend. The Celery application must be restarted."}
+    assert agent.failed(RuntimeError("something else"))["unreachable"] is False
 
 
 def test_smoke_reports_a_job_the_broker_refused_and_still_waits_for_the_others(agent, monkeypatch):

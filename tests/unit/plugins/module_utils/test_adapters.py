@@ -11,6 +11,8 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     adapter_for,
     check_answer,
     broker_unreachable,
+    names_an_unreachable_broker,
+    run_bounded,
     reliability_warnings,
     smoke_queue,
     transient_argv,
@@ -128,3 +130,30 @@ def test_a_broker_that_does_not_answer_is_named_with_what_to_check():
     assert said.startswith("the smoke job for shop-worker@1.service on h1 could not reach the broker: OperationalError: "
                            "Error 111 connecting to broker:6379")
     assert "check that the broker runs and that h1 reaches it, and BROKER_URL in the app's secrets" in said
+
+
+@pytest.mark.parametrize("why, unreachable", [
+    # What the task-name check saw with Redis stopped (the agent's last lines), and a RabbitMQ refused.
+    ("rc 1: raise e redis.exceptions.ConnectionError: Error 111 connecting to broker:6379. Connection refused.", True),
+    ("rc 1: kombu.exceptions.OperationalError: [Errno 111] Connection refused", True),
+    ("rc 1: socket.gaierror: [Errno -2] Name or service not known", True),
+    # The app itself: not the broker.
+    ("rc 1: ImportError: no module named shop", False),
+    ("rc 1: RuntimeError: build 1 is broken on purpose", False),
+])
+def test_an_agent_failure_is_told_apart_when_the_broker_could_not_be_reached(why, unreachable):
+    assert names_an_unreachable_broker(why) is unreachable
+
+
+def test_a_bounded_command_carries_systemds_limit_and_says_when_it_was_stopped_there(monkeypatch):
+    cmd = transient_argv("shop", "shop", "/r", ["LoadCredential=X:/c"], {}, ["python", "-m", "sturdy_agent"], 38.5)
+    assert "--property=RuntimeMaxSec=39" in cmd and cmd.index("--property=RuntimeMaxSec=39") < cmd.index("--")
+    assert not any("RuntimeMaxSec" in part for part in transient_argv("shop", "shop", "/r", [], {}, ["x"]))
+    clock = iter([100.0, 139.0])
+    monkeypatch.setattr("time.monotonic", lambda: next(clock))
+    rc, out, err = run_bounded(lambda cmd: (1, "", ""), cmd, 38.5)
+    assert (rc, out) == (1, "") and err.startswith("stopped after 38.5 s without an answer: the broker takes connections")
+    assert names_an_unreachable_broker(f"rc 1: {err}")
+    # A command that failed on its own, early, is left as it said.
+    clock = iter([100.0, 101.0])
+    assert run_bounded(lambda cmd: (1, "", "ImportError: x\n"), cmd, 38.5) == (1, "", "ImportError: x\n")
