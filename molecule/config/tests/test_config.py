@@ -133,7 +133,7 @@ def test_a_surge_instance_that_fails_stops_the_rollout_before_any_running_instan
     result = deploy(B4, sturdy_secrets=secrets(TOKEN_B), sturdy_processes=declared)
     text = said(result)
     assert result.returncode != 0
-    assert (f"shop-worker@3.service (a surge instance, started beside the running ones before any of them was stopped) "
+    assert ("shop-worker@3.service (a surge instance, started beside the running ones before any of them was stopped) "
             "did not come up on the new code") in text, text[-3000:]
     assert "No running instance of its process type was stopped" in text, text[-3000:]
     assert SECRET not in result.stdout + result.stderr
