@@ -143,7 +143,7 @@ def run_bounded(run, cmd: list[str], max_seconds: float) -> tuple[int, str, str]
 
 
 def run_agent(run, proc: dict[str, Any], release: str, directives: list[str], argv: list[str], kind: type,
-              max_seconds: float = 300):
+              max_seconds: float = 120):
     """Run `python -m sturdy_agent <argv>` from `release` as the process type's user with the units' secret lines
     (transient_argv; `run(cmd)` returns rc, stdout, stderr), stopped after `max_seconds`: (its JSON answer of
     `kind`, None) or (None, why)."""

@@ -156,7 +156,9 @@ def main():
     for proc in queue_groups(plan, p["queues"]):
         entries, why = run_agent(lambda cmd: module.run_command([systemd_run, *cmd[1:]], environ_update=ENV), proc,
                                  release, plan.get("secrets", {}).get("directives", []),
-                                 [*command, "--celery-app", proc["celery_app"], *proc["queues"]], list)
+                                 [*command, "--celery-app", proc["celery_app"], *proc["queues"]], list,
+                                 # Moving a large dead-letter queue back takes a while; a silent broker still ends.
+                                 max_seconds=900)
         if why:
             module.fail_json(msg=mask(f"the agent could not {action} the dead letters of {', '.join(proc['queues'])} "
                                       f"({why}). Next: check the broker and BROKER_URL in the app's secrets; nothing "

@@ -119,6 +119,8 @@ def test_the_agent_runs_from_the_release_as_the_units_do_and_says_why_it_gave_no
         ["shop.record"], None)
     assert ran[0][-4:] == ["/srv/shop/releases/b2/venv/bin/python", "-m", "sturdy_agent", "registered"]
     assert "--uid=shop" in ran[0] and "--property=LoadCredential=X:/c" in ran[0] and "--setenv=A=1" in ran[0]
+    # Stopped by systemd after two minutes: a broker that takes connections and never answers cannot hold a deploy.
+    assert "--property=RuntimeMaxSec=120" in ran[0]
     assert run_agent(lambda cmd: (1, "", "ImportError: no module shop\n"), proc, "/r", [], ["x"], list) == (
         None, "rc 1: ImportError: no module shop")
     assert run_agent(lambda cmd: (0, "not json\n", ""), proc, "/r", [], ["x"], list) == (None, "rc 0: not json")
