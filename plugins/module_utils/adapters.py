@@ -176,8 +176,10 @@ def check_answer(answer: dict, expect: dict[str, Any]) -> list[str]:
 
 
 # The errors of a broker that does not answer at all, as the agent names them (sturdy_agent.UNREACHABLE).
-_UNREACHABLE = re.compile(r"\b(OperationalError|ConnectionError|ConnectionRefusedError|ConnectionResetError|RecvError|"
-                          r"AMQPConnectionError|gaierror)\b|Connection refused|Name or service not known|s without an answer: the broker")
+# Only the broker clients' own (qualified) errors: an app whose database is down at import raises an OperationalError
+# or a ConnectionError of its own, and that is not the broker.
+_UNREACHABLE = re.compile(r"\b(kombu\.exceptions\.OperationalError|redis\.exceptions\.(ConnectionError|TimeoutError)|"
+                          r"amqp\.exceptions\.\w+|kombu\.exceptions\.ConnectionError)\b|s without an answer: the broker")
 
 
 def names_an_unreachable_broker(why: str) -> bool:

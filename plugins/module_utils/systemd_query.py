@@ -225,6 +225,7 @@ def query(
         for unit_props in result["units"].values():
             unit_props["Outdated"] = is_outdated(unit_props, mtime, offset, read)
             unit_props["StartedAt"] = started_at(unit_props, offset)
+            unit_props["StartedMonotonic"] = started_at(unit_props, 0.0)
     return result
 
 

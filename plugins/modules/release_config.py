@@ -29,8 +29,7 @@ description:
     the live secrets and the C(current) links (code and config) re-pointed - and names the release live before as
     previous. O(state=rolled_back) does the same for the release O(to) names (empty - the previous one) and clears
     previous, so that a second rollback names its target; RV(migrations) lists the migrations that ran since that
-    release was live (a rollback does not undo them). The unit files it writes get the time that release last went
-    live, as they had then, so an instance running since then is not taken for one on an older definition.
+    release was live (a rollback does not undo them).
   - O(state=annotate) appends O(entry) to the O(key) list of release O(name)'s record (the migrations that ran).
 options:
   app:
@@ -201,6 +200,16 @@ at:
   description:
     - The host's time (seconds since the epoch) once the release was live and systemd reloaded. A main process that
       started before it was started from the units live before.
+  returned: with O(state=current) or O(state=rolled_back)
+  type: float
+at_monotonic:
+  description: RV(at) on the host's monotonic clock (systemd's C(ExecMainStartTimestampMonotonic), in seconds).
+  returned: with O(state=current) or O(state=rolled_back)
+  type: float
+live_since:
+  description:
+    - When the release made live was last live before (seconds since the epoch); null when it never was. A main
+      process started between it and a later switch away runs that release's units.
   returned: with O(state=current) or O(state=rolled_back)
   type: float
 from:
@@ -415,12 +424,6 @@ def main():
                        target=summary(done["record"]) | {"declared": done["record"].get("declared"),
                                                          "singleton_host": done["record"].get("singleton_host")},
                        **{"from": done["from"], "from_build": done["from_build"]})
-            if p["state"] == "rolled_back" and done["written"] and not check:
-                # The unit files as they were when the release last went live, their time included: an instance
-                # still running since then is not taken for one running an older definition (unit_health Outdated).
-                when = went_live_at(done["record"])
-                for name in done["written"] if when else []:
-                    os.utime(os.path.join(p["unit_dir"], name), (when, when))
             if done["written"] and not check:
                 rc, dummy, err = run(["systemctl", "daemon-reload"])
                 if rc != 0:
@@ -428,7 +431,9 @@ def main():
                                          f"release {target} are written", **out)
             # A process started before this instant was started from the units live before; one started after runs
             # these (a rollback to the release live before a switch restarts only what started after the switch).
-            out["at"] = time.time()
+            out["at"], out["at_monotonic"] = time.time(), time.monotonic()
+            # When the release gone to was last live before (the record as read before this activation is noted).
+            out["live_since"] = went_live_at(done["record"])
             if done["from"] != target and not check:
                 annotate(layout, target, "activated", {**p["meta"], "at": now()}, check)
                 if p["state"] == "rolled_back" and done["from"]:

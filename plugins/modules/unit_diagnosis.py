@@ -87,7 +87,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.adapters import AdapterError, json_line, transient_argv
+from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
+    AdapterError,
+    json_line,
+    run_bounded,
+    transient_argv,
+)
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
     app_units,
     default_read,
@@ -190,6 +195,10 @@ def main():
     module.exit_json(changed=False, diagnoses=mask(diagnoses), summary=mask(lines))
 
 
+# How long the agent may take to tell what became of the tasks: a broker that never answers does not hold the diagnosis.
+TASK_STATES_SECONDS = 60
+
+
 def with_task_states(module, tools, plan, unit, tasks):
     """Ask the agent, from the release current names, what became of the tasks."""
     proc = next((x for x in plan["processes"] if unit in x["units"] or re.match(x["unit_pattern"], unit)), None)
@@ -199,8 +208,9 @@ def with_task_states(module, tools, plan, unit, tasks):
     ask = ["rq-jobs"] if proc["adapter"] == "rq" else ["tasks", "--celery-app", proc["celery_app"]]
     argv = [f"{release}/venv/bin/python", "-m", "sturdy_agent", *ask, *[str(t.get("id")) for t in tasks]]
     cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
-                         proc.get("environment", {}), argv)
-    rc, out, err = module.run_command([tools["systemd-run"], *cmd[1:]], environ_update=ENV)
+                         proc.get("environment", {}), argv, TASK_STATES_SECONDS)
+    rc, out, err = run_bounded(lambda c: module.run_command([tools["systemd-run"], *c[1:]], environ_update=ENV), cmd,
+                               TASK_STATES_SECONDS)
     try:
         states = {s.get("id"): s for s in json_line(out, list) if isinstance(s, dict)}
     except AdapterError:

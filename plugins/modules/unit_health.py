@@ -78,8 +78,9 @@ members:
 units:
   description:
     - For each requested unit and member, the properties as strings, plus C(Outdated), C(StartedAt) (when its
-      main process started, seconds since the epoch; null when none runs) and C(Cwd) (the working directory of its
-      main process, resolved; null when it is not running).
+      main process started, seconds since the epoch; null when none runs), C(StartedMonotonic) (the same on the
+      monotonic clock) and C(Cwd) (the working directory of its main process, resolved; null when it is not
+      running).
     - C(Outdated) is true when the unit is running and its main process started before its unit file, a drop-in,
       one of its environment files or a credential file it loads (C(LoadCredential=), C(LoadCredentialEncrypted=))
       last changed; a restart picks up the new definition.
@@ -93,6 +94,7 @@ units:
       NRestarts: "0"
       Outdated: false
       StartedAt: 1796486400.125
+      StartedMonotonic: 86.125
 unit_files:
   description: Unit files matching O(unit_files), the one systemd uses for each name, and whether it has O(marker).
   returned: always

@@ -367,6 +367,29 @@ def test_smoke_reports_a_job_the_broker_refused_and_still_waits_for_the_others(a
     assert "Error 111 connecting to broker:6379" in mail["error"]
 
 
+def test_a_broker_that_refuses_every_job_fails_them_all_within_one_timeout(agent, monkeypatch):
+    # Three queues, the broker refusing each send: the sends share one deadline, so the client ends after about one
+    # timeout, not one per queue (systemd stops it at twice the timeout plus 30 s, which would misname the failure).
+    class OperationalError(Exception):
+        pass
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(agent.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(agent.time, "sleep", lambda seconds: clock.update(now=clock["now"] + seconds))
+
+    class App:
+        conf = type("Conf", (), {"result_backend": "redis://broker:6379/0"})
+
+        def send_task(self, name, args, queue, expires):
+            raise OperationalError("Error 111 connecting to broker:6379. Connection refused.")
+
+    monkeypatch.setattr(agent, "_celery_app", lambda spec: App())
+    monkeypatch.setattr(agent, "waiting", lambda app, queues: dict.fromkeys(queues, 0))
+    found = agent.smoke("shop.celery", ["default", "mail", "reports"], 5.0)
+    assert [(f["queue"], f["unreachable"]) for f in found] == [("default", True), ("mail", True), ("reports", True)]
+    assert clock["now"] <= 5.0, clock
+
+
 def test_an_app_without_a_result_backend_gets_the_smoke_answers_through_the_broker(agent, monkeypatch):
     # Redis: the broker's own database; any other broker: a reply queue of the sender's.
     assert agent.reply_url("redis://:pw@broker:6379/3") == "redis://:pw@broker:6379/3"

@@ -138,8 +138,10 @@ def test_a_broker_that_does_not_answer_is_named_with_what_to_check():
     # What the task-name check saw with Redis stopped (the agent's last lines), and a RabbitMQ refused.
     ("rc 1: raise e redis.exceptions.ConnectionError: Error 111 connecting to broker:6379. Connection refused.", True),
     ("rc 1: kombu.exceptions.OperationalError: [Errno 111] Connection refused", True),
-    ("rc 1: socket.gaierror: [Errno -2] Name or service not known", True),
-    # The app itself: not the broker.
+    ("rc 1: kombu.exceptions.OperationalError: [Errno -2] Name or service not known", True),
+    # The app itself: not the broker (an app whose database is down at import raises errors of the same short names).
+    ("rc 1: django.db.utils.OperationalError: connection to server at db:5432 failed: Connection refused", False),
+    ("rc 1: psycopg.OperationalError: connection failed", False),
     ("rc 1: ImportError: no module named shop", False),
     ("rc 1: RuntimeError: build 1 is broken on purpose", False),
 ])

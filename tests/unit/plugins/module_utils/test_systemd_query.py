@@ -171,6 +171,7 @@ def test_only_a_running_process_can_be_outdated(change):
 def test_started_at_puts_the_main_process_start_on_the_wall_clock():
     # ExecMainStartTimestampMonotonic 100 s, realtime = monotonic + 1000.
     assert started_at(RUNNING, monotonic_offset=1000.0) == 1100.0
+    assert started_at(RUNNING, monotonic_offset=0.0) == 100.0  # on the monotonic clock itself
     for change in ({"ActiveState": "failed"}, {"MainPID": "0"}, {"ExecMainStartTimestampMonotonic": "0"}):
         assert started_at(dict(RUNNING, **change), monotonic_offset=1000.0) is None
 
