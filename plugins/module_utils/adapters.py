@@ -31,13 +31,11 @@ def smoke_queue(unit: str, host: str) -> str:
 
 
 def transient_argv(user: str, group: str, workdir: str, properties: list[str], environment: dict[str, Any],
-                   argv: list[str], max_seconds: float | None = None) -> list[str]:
+                   argv: list[str]) -> list[str]:
     """systemd-run for a command with the units' identity and secrets: their user, release directory and
-    EnvironmentFile=/LoadCredential*= lines, output piped back, exit status returned, nothing left behind. With
-    `max_seconds`, systemd stops it once it has run that long (RuntimeMaxSec=; see run_bounded)."""
+    EnvironmentFile=/LoadCredential*= lines, output piped back, exit status returned, nothing left behind."""
     cmd = ["systemd-run", "--quiet", "--collect", "--pipe", "--wait", f"--uid={user}", f"--gid={group}",
            f"--working-directory={workdir}"]
-    cmd += [f"--property=RuntimeMaxSec={math.ceil(max_seconds)}"] if max_seconds else []
     cmd += [f"--property={line}" for line in properties]
     cmd += [f"--setenv={key}={value}" for key, value in sorted(environment.items())]
     return cmd + ["--", *argv]
@@ -131,8 +129,10 @@ def json_line(text: str, kind: type):
 
 
 def run_bounded(run, cmd: list[str], max_seconds: float) -> tuple[int, str, str]:
-    """run(cmd) for a transient_argv(..., max_seconds) command; one that systemd stopped at its limit says so in its
-    error output (systemd-run itself says nothing): the broker may take connections and never answer."""
+    """run() a transient_argv() command that systemd stops once it has run `max_seconds` (RuntimeMaxSec=); one stopped
+    there says so in its error output (systemd-run itself says nothing): the broker may take connections and never
+    answer."""
+    cmd = [*cmd[:1], f"--property=RuntimeMaxSec={math.ceil(max_seconds)}", *cmd[1:]]
     began = time.monotonic()
     rc, out, err = run(cmd)
     if rc != 0 and time.monotonic() - began >= max_seconds - 0.5:
@@ -148,7 +148,7 @@ def run_agent(run, proc: dict[str, Any], release: str, directives: list[str], ar
     (transient_argv; `run(cmd)` returns rc, stdout, stderr), stopped after `max_seconds`: (its JSON answer of
     `kind`, None) or (None, why)."""
     cmd = transient_argv(proc["user"], proc["group"], release, directives, proc.get("environment", {}),
-                         [f"{release}/venv/bin/python", "-m", "sturdy_agent", *argv], max_seconds)
+                         [f"{release}/venv/bin/python", "-m", "sturdy_agent", *argv])
     rc, out, err = run_bounded(run, cmd, max_seconds)
     if rc == 0:
         try:
@@ -175,9 +175,9 @@ def check_answer(answer: dict, expect: dict[str, Any]) -> list[str]:
     return problems
 
 
-# The errors of a broker that does not answer at all, as the agent names them (sturdy_agent.UNREACHABLE).
-# Only the broker clients' own (qualified) errors: an app whose database is down at import raises an OperationalError
-# or a ConnectionError of its own, and that is not the broker.
+# A broker that does not answer at all, in an agent command's output: the broker clients' own (qualified) errors, or
+# run_bounded's words. Not bare names: an app whose database is down at import raises an OperationalError or a
+# ConnectionError of its own, and that is not the broker.
 _UNREACHABLE = re.compile(r"\b(kombu\.exceptions\.OperationalError|redis\.exceptions\.(ConnectionError|TimeoutError)|"
                           r"amqp\.exceptions\.\w+|kombu\.exceptions\.ConnectionError)\b|s without an answer: the broker")
 

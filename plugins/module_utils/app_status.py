@@ -475,6 +475,6 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
         release = realpath(plan["current"])
         for proc, argv in queue_commands(plan, release, queue_timeout):
             cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
-                                 proc.get("environment", {}), argv, QUEUE_READ_SECONDS)
+                                 proc.get("environment", {}), argv)
             result["queues"] += parse_queue_stats(proc, *run_bounded(run, cmd, QUEUE_READ_SECONDS))
     return result

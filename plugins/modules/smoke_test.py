@@ -194,7 +194,7 @@ def main():
         for argv in adapter.commands(release, queues, p["timeout"]):
             # The client waits up to the timeout for the broker to take the jobs, then as long for the answers.
             limit = 2 * p["timeout"] + 30
-            cmd = transient_argv(p["user"], p["group"], release, p["properties"], p["environment"], argv, limit)
+            cmd = transient_argv(p["user"], p["group"], release, p["properties"], p["environment"], argv)
             rc, out, err = run_bounded(module.run_command, cmd, limit)
             if rc != 0:
                 tail = "\n".join((out + err).strip().splitlines()[-15:])

@@ -208,7 +208,7 @@ def with_task_states(module, tools, plan, unit, tasks):
     ask = ["rq-jobs"] if proc["adapter"] == "rq" else ["tasks", "--celery-app", proc["celery_app"]]
     argv = [f"{release}/venv/bin/python", "-m", "sturdy_agent", *ask, *[str(t.get("id")) for t in tasks]]
     cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
-                         proc.get("environment", {}), argv, TASK_STATES_SECONDS)
+                         proc.get("environment", {}), argv)
     rc, out, err = run_bounded(lambda c: module.run_command([tools["systemd-run"], *c[1:]], environ_update=ENV), cmd,
                                TASK_STATES_SECONDS)
     try:

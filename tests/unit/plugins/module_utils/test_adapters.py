@@ -150,12 +150,13 @@ def test_an_agent_failure_is_told_apart_when_the_broker_could_not_be_reached(why
 
 
 def test_a_bounded_command_carries_systemds_limit_and_says_when_it_was_stopped_there(monkeypatch):
-    cmd = transient_argv("shop", "shop", "/r", ["LoadCredential=X:/c"], {}, ["python", "-m", "sturdy_agent"], 38.5)
-    assert "--property=RuntimeMaxSec=39" in cmd and cmd.index("--property=RuntimeMaxSec=39") < cmd.index("--")
+    cmd = transient_argv("shop", "shop", "/r", ["LoadCredential=X:/c"], {}, ["python", "-m", "sturdy_agent"])
     assert not any("RuntimeMaxSec" in part for part in transient_argv("shop", "shop", "/r", [], {}, ["x"]))
-    clock = iter([100.0, 139.0])
+    ran, clock = [], iter([100.0, 139.0])
     monkeypatch.setattr("time.monotonic", lambda: next(clock))
-    rc, out, err = run_bounded(lambda cmd: (1, "", ""), cmd, 38.5)
+    rc, out, err = run_bounded(lambda cmd: ran.append(cmd) or (1, "", ""), cmd, 38.5)
+    cmd = ran[0]
+    assert "--property=RuntimeMaxSec=39" in cmd and cmd.index("--property=RuntimeMaxSec=39") < cmd.index("--")
     assert (rc, out) == (1, "") and err.startswith("stopped after 38.5 s without an answer: the broker takes connections")
     assert names_an_unreachable_broker(f"rc 1: {err}")
     # A command that failed on its own, early, is left as it said.
