@@ -8,6 +8,8 @@ PYTHON313 ?= $(PYENV_ROOT)/versions/3.13.0/bin/python3.13
 VENV := $(CURDIR)/.venv
 # ansible-test --requirements pins its own linters; keep them out of the toolchain venv.
 SANITY_VENV := $(CURDIR)/.venv-sanity
+# The documentation toolchain (antsibull-docs, Sphinx) apart from the tested one, as the sanity linters are.
+DOCS_VENV := $(CURDIR)/.venv-docs
 COLLECTION := $(CURDIR)/.build/ansible_collections/sturdy/workers
 SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
@@ -18,15 +20,15 @@ export ANSIBLE_INJECT_FACT_VARS := false
 export NO_COLOR := 1
 export ANSIBLE_NOCOLOR := 1
 
-.PHONY: test checks lint sanity unit molecule molecule-collections bench bench-clean demo demo-clean host-packages venv promtool images collection-copy collection-install clean
+.PHONY: test checks lint sanity unit docs chromium molecule molecule-collections bench bench-clean demo demo-clean host-packages venv promtool images collection-copy collection-install clean
 
-## test: everything CI runs (lint, sanity, unit tests, every molecule scenario on bookworm and trixie)
+## test: everything CI runs (lint, sanity, unit tests, the docs site, every molecule scenario on bookworm and trixie)
 # The static checks run one after another beside the molecule lanes, on the core the lanes leave idle while their
 # hosts start (two make jobs: the lanes, and one check at a time); each job's output is printed when it ends.
 test: venv images promtool molecule-collections
 	$(MAKE) --no-print-directory -j2 --output-sync=target molecule checks
 checks:
-	$(MAKE) --no-print-directory -j1 lint sanity unit
+	$(MAKE) --no-print-directory -j1 lint sanity unit docs
 
 ## host-packages: podman, runc and debootstrap from apt (with recommends: aardvark-dns resolves names)
 host-packages:
@@ -61,9 +63,19 @@ lint: venv
 	yamllint --strict .
 	ansible-lint --profile production
 	python tools/check_role_vars.py
-	python tools/role_variables.py --check
 	python tools/yaml_duplicates.py
 	antsibull-changelog lint
+
+## docs: the documentation site in .build/docs/html (docs/ and the reference of every module, filter, lookup and
+# role from their own docs), warnings as errors, then opened in a headless chromium (tools/docs.sh)
+docs: $(DOCS_VENV)/.installed chromium molecule-collections
+	PATH=$(DOCS_VENV)/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(MOLECULE_COLLECTIONS) tools/docs.sh
+$(DOCS_VENV)/.installed: requirements-docs.txt
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON313) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-docs.txt
+	touch $@
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 ## collection-install: the collection as users install it: ansible-galaxy collection build (galaxy.yml's
 # build_ignore), then install from the tarball into .build/installed (what `make demo` runs)

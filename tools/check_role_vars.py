@@ -5,7 +5,7 @@
 - required options have no default (a default would make `required` meaningless);
 - names: collection-wide inputs start with `sturdy_`, a role's own knobs with `sturdy_<role>_` (or
   `sturdy_<entry point>_` for an entry point's own, such as sturdy_status_ in observe's `status`),
-  internal values with `__` (DESIGN.md). This replaces ansible-lint's var-naming[no-role-prefix], whose
+  internal values with `__` (docs/architecture.md). This replaces ansible-lint's var-naming[no-role-prefix], whose
   `<role>_` prefix would clash across the collection's roles.
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -11,6 +12,10 @@ from pathlib import Path
 import pytest
 import testinfra
 import testinfra.utils.ansible_runner
+
+ROOT = Path(__file__).resolve().parents[2]
+# What a user reads: the README, then the pages of docs/ it points to.
+USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def podman_hosts(metafunc, group: str = "all") -> None:
@@ -132,3 +137,15 @@ def flood(producer: str) -> dict:
     assert (answer["done"], answer["missing"], answer["runs"]) == (2000, [], {"1": 2000}), answer
     assert 14 <= answer["rate"] <= 22, answer
     return answer
+
+
+def readme_command(playbook: str, build: str = "", having: str = "") -> list[str]:
+    """The first command for sturdy.workers.<playbook> with `having` in it that the README (then docs/) shows, as
+    written (a build ID in it replaced by `build`)."""
+    for page in USER_DOCS:
+        for line in page.read_text().splitlines():
+            if line.startswith(f"ansible-playbook sturdy.workers.{playbook} ") and having in line:
+                argv = shlex.split(line, comments=True)
+                return [f"sturdy_build_id={build}" if build and a.startswith("sturdy_build_id=") else a for a in argv]
+    raise AssertionError(f"neither README.md nor docs/ shows an ansible-playbook sturdy.workers.{playbook} command "
+                         f"{having}")

@@ -18,7 +18,7 @@ description:
     C(unit_files) (name patterns of the app's unit files), C(instance_pattern) (a regular expression for every
     instance unit of the app)."
   - "Accounts: C(user) and C(group) (the defaults), C(users) and C(groups) (every account a process type runs as)."
-  - "C(secrets): where the secrets live and the unit lines that load them (see M(sturdy.workers.secret_layout))."
+  - "C(secrets): where the secrets live and the unit lines that load them (see P(sturdy.workers.secret_layout#filter))."
   - "C(processes): each declaration with C(template), C(units) (C(<app>-<name>@1..N.service)), C(unit_pattern),
     C(user), C(group), C(adapter), C(smoke) (whether its instances answer smoke jobs), C(command) with its
     executable resolved against the build's release (C(releases/<build>), or C(current) without a build; a command

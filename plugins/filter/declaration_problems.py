@@ -11,7 +11,7 @@ author: sturdy.workers contributors (@sturdy-workers)
 description:
   - Checks the process types (C(sturdy_processes)) as given, each option's name (an unknown one with the option it
     most resembles), kind (a whole number, a list of strings, a choice) and least value (C(instances) 0 or more,
-    C(max_task_runtime) 1 or more), then plans them as M(sturdy.workers.app_plan) does and, given O(defaults) and
+    C(max_task_runtime) 1 or more), then plans them as P(sturdy.workers.app_plan#filter) does and, given O(defaults) and
     O(systemd_version), as the worker role does (a singleton of two instances, a stop timeout shorter than the
     longest task, paths the units hide).
   - Never fails. Returns the problems, each naming the variable, the value as given and the fix, so that a task

@@ -10,7 +10,7 @@ version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
 description:
   - Wraps an argv in C(systemd-run --pipe --wait --collect) with the app's user and group, a working directory and
-    unit lines such as the C(EnvironmentFile=)/C(LoadCredential=) lines of M(sturdy.workers.secret_layout), so a
+    unit lines such as the C(EnvironmentFile=)/C(LoadCredential=) lines of P(sturdy.workers.secret_layout#filter), so a
     one-off command (a migration) gets the same identity and secrets as the units, and no secret passes through
     Ansible. Output comes back on stdout and stderr, the exit status is the command's.
 options:

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, sturdy.workers contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Build a release artifact (format 1, see the README) of any Python project, on the controller.
+"""Build a release artifact (format 1, see docs/apps.md) of any Python project, on the controller.
 
 The app's wheel comes from the project's own build backend (pip wheel); every dependency is a wheel downloaded for
 each target Python and platform; the dependency graph is then walked with the TARGET's markers and tags (pip

@@ -13,7 +13,7 @@ description:
   - Runs on the controller (C(delegate_to=localhost)). Builds the project's wheel with its own build backend
     (C(pip wheel)), downloads every dependency as a wheel for each Python in O(python_versions) on O(platforms) (binary
     wheels where no pure one exists), and writes C(<dest>/<app>-<build_id>.tar.gz) with its C(.sha256) beside it, the
-    artifact the C(sturdy.workers.release) role installs offline. The format (version 1) is specified in the README.
+    artifact the C(sturdy.workers.release) role installs offline. The format (version 1) is specified in docs/apps.md, "The artifact".
   - The dependencies are walked with each TARGET's markers and wheel tags, not the controller's, so the wheelhouse holds
     exactly what each host installs. A requirement no wheel satisfies for a target fails the build, naming it, the
     Python and the platform; the deploy never meets it.

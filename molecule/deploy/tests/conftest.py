@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -16,10 +15,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 # The tests import these from here.
-from testhosts import SSH_CFG, address, host, recaps, said, wait_for, while_tasks_flow  # noqa: E402,F401  # pylint: disable=unused-import
+from testhosts import (  # noqa: E402,F401  # pylint: disable=unused-import
+    SSH_CFG, address, host, readme_command, recaps, said, wait_for, while_tasks_flow)
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
-README = SCENARIO_DIR.parent.parent / "README.md"
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 DIST = EPHEMERAL / "dist"
 REPORT = EPHEMERAL / "deploy-report.json"
@@ -86,16 +85,6 @@ def deploy_while(build: str, poll, every: float, **extra) -> dict:
     rep = report()
     assert rep["result"] == "success", rep["message"]
     return rep
-
-
-def readme_command(playbook: str, build: str = "", having: str = "") -> list[str]:
-    """The README's (first) command for sturdy.workers.<playbook> with `having` in it, as written (a build ID in it
-    replaced by `build`)."""
-    for line in README.read_text().splitlines():
-        if line.startswith(f"ansible-playbook sturdy.workers.{playbook} ") and having in line:
-            argv = shlex.split(line, comments=True)
-            return [f"sturdy_build_id={build}" if build and a.startswith("sturdy_build_id=") else a for a in argv]
-    raise AssertionError(f"README.md shows no ansible-playbook sturdy.workers.{playbook} command {having}")
 
 
 def key() -> Path:
