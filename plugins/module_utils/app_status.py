@@ -116,7 +116,7 @@ def journal_by_unit(records: list[dict], now: float, window: float = 3600.0) -> 
     return found
 
 
-def release_of(path: str, releases: str) -> str | None:
+def build_of(path: str, releases: str) -> str | None:
     """The build ID a path under `releases`/<build>/... belongs to, or None."""
     prefix = releases.rstrip("/") + "/"
     if not path.startswith(prefix):
@@ -139,7 +139,7 @@ def running_build(cwd: str | None, environ: str | None, releases: str) -> tuple[
     """(build, where it was read) of a running process: its working directory's release wins, because that is
     the code it loaded; the STURDY_BUILD_ID the unit gave it is what it was started as."""
     if cwd:
-        build = release_of(cwd, releases)
+        build = build_of(cwd, releases)
         if build:
             return build, "cwd"
     if environ:
@@ -269,7 +269,7 @@ def _release_build(arg: str, cwd: str | None, plan: dict, realpath: Callable[[st
     current = plan["current"]
     if path == current or path.startswith(current + "/"):
         path = realpath(current) + path[len(current):]
-    return release_of(path, plan["releases"])
+    return build_of(path, plan["releases"])
 
 
 def stray_processes(plan: dict, pids: list[int], read: Callable[[str], str | None],
@@ -319,7 +319,7 @@ def read_proc(pid: int, read: Callable[[str], str | None], readlink: Callable[[s
 
 def current_build_of(current: str, releases: str, realpath: Callable[[str], str]) -> str | None:
     target = realpath(current)
-    return release_of(target, releases) if target != current else None
+    return build_of(target, releases) if target != current else None
 
 
 def journal_argv(units: list[str], since: str = "-7d") -> list[str]:

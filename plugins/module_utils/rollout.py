@@ -10,6 +10,7 @@ Everything that touches the host (systemctl, journalctl, an HTTP readiness URL, 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import (
@@ -174,6 +175,17 @@ def as_groups(units: list | None = None, groups: list | None = None, only: list 
     return kept
 
 
+@dataclass
+class Window:
+    """A restarted unit's settle window: its state once up, when the window ends (host.clock()), when its restart
+    began (host.wall(), for the journal) and the number of the batch it was restarted in."""
+
+    state: dict
+    until: float
+    since: float
+    batch: int
+
+
 def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout: float = 60, journal_lines: int = 25,
          groups: list | None = None, only: list | None = None, defer_settle: bool = False,
          overlap_settle: bool = False) -> dict:
@@ -200,8 +212,8 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
     plan = as_groups(units, groups, only)
     restarted: list[dict] = []
     surged: list[dict] = []
-    # Units restarted whose settle window still runs: name -> (state when up, until, since, batch number).
-    windows: dict[str, tuple[dict, float, float, int]] = {}
+    # Units restarted whose settle window still runs, by name.
+    windows: dict[str, Window] = {}
     batch_count = 0
 
     def check_windows(rest: list[str], surge: list[dict], until: float | None = None) -> None:
@@ -210,16 +222,16 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
         if not windows:
             return
         began = host.clock()
-        bad, why = watch(host, {n: w[0] for n, w in windows.items()}, began if until is None else until)
+        bad, why = watch(host, {n: w.state for n, w in windows.items()}, began if until is None else until)
         if bad:
             _drain(host, surge)
             _fail(host, f"{bad} came up on the new code, then did not stay up: {why}"
                         + (" (the units restarted after it while it was watched run the new code too)"
-                           if windows[bad][3] < batch_count else ""),
-                  bad, windows[bad][2], rest, journal_lines, restarted)
+                           if windows[bad].batch < batch_count else ""),
+                  bad, windows[bad].since, rest, journal_lines, restarted)
         # A watch to `until` looked last at or after it.
         closed = began if until is None else max(began, until)
-        for name in [n for n, w in windows.items() if w[1] <= closed]:
+        for name in [n for n, w in windows.items() if w.until <= closed]:
             del windows[name]
 
     for index, group in enumerate(plan):
@@ -264,15 +276,15 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
             # The batches restarted before this one, still in their windows, while it restarted.
             check_windows(rest, surge)
             if watched_later:
-                windows.update({n: ({k: now[n].get(k) for k in WATCH_PROPERTIES}, host.clock() + settle, since,
-                                    batch_count) for n in now})
+                windows.update({n: Window({k: now[n].get(k) for k in WATCH_PROPERTIES}, host.clock() + settle, since,
+                                          batch_count) for n in now})
         if surge or not defer_settle:
             # Surge instances stop only once every instance of their type is stable.
-            check_windows(later, surge, max((w[1] for w in windows.values()), default=None))
+            check_windows(later, surge, max((w.until for w in windows.values()), default=None))
         _drain(host, surge)
     # Without defer_settle every group ended with its windows watched: what is left goes to the caller.
-    settling = {"until": max(w[1] for w in windows.values()), "since": min(w[2] for w in windows.values()),
-                "units": {n: w[0] for n, w in windows.items()}} if windows else {}
+    settling = {"until": max(w.until for w in windows.values()), "since": min(w.since for w in windows.values()),
+                "units": {n: w.state for n, w in windows.items()}} if windows else {}
     return {"restarted": restarted, "surge": surged, "settling": settling}
 
 

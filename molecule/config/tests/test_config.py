@@ -94,7 +94,7 @@ WAYS = {
     "a failed migration": (lambda: deploy(B5, sturdy_migrate_environment={"SHOP_MIGRATION_FAIL": "1"}, **CHANGED),
                            "migration failed on purpose"),
     # An absolute command that is not on the hosts, with the preflight's look for it turned off (it refuses it before
-    # any change, tests/test_bad_input.py): systemd-analyze refuses the unit when the release is installed.
+    # any change, tests/test_config_bad_input.py): systemd-analyze refuses the unit when the release is installed.
     "a unit systemd refuses": (lambda: deploy(B5, sturdy_worker_check_paths=False, **CHANGED | {"sturdy_processes": [
         *CHANGED["sturdy_processes"], {"name": "mailer", "command": ["/usr/local/bin/no-such-mailer"]}]}),
         "systemd-analyze verify refused shop-mailer@.service"),

@@ -24,7 +24,7 @@ def current(name: str) -> str:
     return host(name).check_output("readlink /srv/ledger/current").rsplit("/", 1)[-1]
 
 
-def release_of(name: str, unit: str) -> str:
+def build_of(name: str, unit: str) -> str:
     h = host(name)
     return h.check_output(f"readlink /proc/{h.check_output(f'systemctl show -P MainPID {unit}')}/cwd").rsplit("/", 1)[-1]
 
@@ -68,13 +68,13 @@ def test_build_1_is_built_deployed_and_each_instance_is_its_own_celery_node():
         assert current(container) == B1
         for unit in UNITS:
             assert report["hosts"][name]["instances"][unit]["smoke_build"] == B1
-            assert release_of(container, unit) == B1
+            assert build_of(container, unit) == B1
     # Two instances per host, four Celery nodes: no node name is shared (Celery warns and mixes up replies then).
     ping = json.loads(in_release("ownapp-bookworm", "venv/bin/celery -A ledger.worker inspect ping --json --timeout 5"))
     assert sorted(ping) == sorted(f"worker{n}@{c}" for c in HOSTS.values() for n in (1, 2)), ping
     # Beat on the first host of the inventory only, and its ticks reach the workers.
     assert beat_hosts() == ["ownapp-bookworm"]
-    assert release_of("ownapp-bookworm", BEAT) == B1
+    assert build_of("ownapp-bookworm", BEAT) == B1
     ticks = in_release("ownapp-trixie", "venv/bin/python -c 'import ledger.worker as w; print(w.tick())'")
     assert int(ticks.splitlines()[-1]) > 1, ticks
     # The sweeper is not Celery: its own smoke command proved each instance and its list.
@@ -106,14 +106,14 @@ def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1(
     # Beat stays where it runs: nothing moved, nothing said.
     assert "now run on" not in deployed.stdout, deployed.stdout[-3000:]
     assert {current(c) for c in HOSTS.values()} == {B2}
-    assert {release_of(c, u) for c in HOSTS.values() for u in UNITS} == {B2}
+    assert {build_of(c, u) for c in HOSTS.values() for u in UNITS} == {B2}
     succeeded(run(command("rollback")))
     assert {current(c) for c in HOSTS.values()} == {B1}
-    assert {release_of(c, u) for c in HOSTS.values() for u in UNITS} == {B1}
+    assert {build_of(c, u) for c in HOSTS.values() for u in UNITS} == {B1}
     answer = json.loads(in_release("ownapp-bookworm", "bin/ledger-post acct-8 1").splitlines()[-1])
     assert answer["cents"] == 1
     # One beat through both deploys and the rollback, on build 1 again.
-    assert beat_hosts() == ["ownapp-bookworm"] and release_of("ownapp-bookworm", BEAT) == B1
+    assert beat_hosts() == ["ownapp-bookworm"] and build_of("ownapp-bookworm", BEAT) == B1
 
 
 def test_the_broker_password_is_in_no_log_unit_or_systemctl_show():
@@ -141,4 +141,4 @@ def test_beat_stays_one_under_a_limit_moves_with_the_inventory_and_survives_its_
     host("ownapp-trixie").check_output("systemctl disable --now ledger.target")
     inventory("app1.example.com")
     succeeded(run(command("deploy", B1)))
-    assert beat_hosts() == ["ownapp-bookworm"] and release_of("ownapp-bookworm", BEAT) == B1
+    assert beat_hosts() == ["ownapp-bookworm"] and build_of("ownapp-bookworm", BEAT) == B1

@@ -105,7 +105,7 @@ def own_smoke_queue(environ=None) -> str | None:
     return smoke_queue(*names) if all(names) else None
 
 
-def release_of(path: str) -> str | None:
+def release_dir_of(path: str) -> str | None:
     """The release directory holding `path` (the one with RELEASE.json), or None."""
     here = os.path.dirname(os.path.realpath(path))
     while here != os.path.dirname(here):
@@ -290,7 +290,7 @@ def count_outcome(name, outcome: str) -> None:
 
 def loaded_build() -> tuple[str | None, str | None]:
     """(release path, build ID) of the release this code was loaded from: what the process really runs."""
-    release = release_of(__file__)
+    release = release_dir_of(__file__)
     if release is None:
         return None, None
     try:
