@@ -17,7 +17,7 @@ import re
 import time
 from typing import Any
 
-SMOKE_PREFIX = "sturdy.smoke."
+from ansible_collections.sturdy.workers.plugins.module_utils.names import SMOKE_PREFIX
 
 
 class AdapterError(ValueError):

@@ -15,6 +15,7 @@ import posixpath
 import re
 from typing import Any
 
+from ansible_collections.sturdy.workers.plugins.module_utils.names import TASK_RECORDS
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_delivery import SecretSpecError, layout
 
 APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -286,7 +287,7 @@ def plan(
         "target": target_unit(app),
         # StateDirectory=<app> of every unit; the agent records running tasks under it (sturdy_agent.TASK_RECORDS).
         "state_dir": f"/var/lib/{app}",
-        "task_records": f"/var/lib/{app}/sturdy-tasks",
+        "task_records": f"/var/lib/{app}/{TASK_RECORDS}",
         # The metrics collector's service and timer (sturdy.workers.observe, entry point metrics).
         "metrics_unit": metrics_unit,
         "metrics_config": metrics_config,

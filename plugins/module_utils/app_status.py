@@ -22,6 +22,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     run_bounded,
     transient_argv,
 )
+from ansible_collections.sturdy.workers.plugins.module_utils.names import DEAD_PREFIX
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import default_read, parse_show, parse_version
 
 # systemd's catalog IDs (systemd/sd-messages.h), logged by PID 1 with UNIT= set.
@@ -34,7 +35,6 @@ PROPERTIES = (
     "ExecMainStartTimestampMonotonic", "ExecMainCode", "ExecMainStatus", "Environment",
 )
 
-RELEASE_FILE = "RELEASE.json"
 # How long the agent may take to read an app's queues for the status: a broker that takes connections and never
 # answers must not hold the status (or the deploy report) forever.
 QUEUE_READ_SECONDS = 60
@@ -376,9 +376,6 @@ def parse_queue_stats(proc: dict, rc: int, out: str, err: str) -> list[dict]:
             return found
     tail = " ".join((out + err).strip().splitlines()[-3:])[-400:]
     return [{"queue": q, "error": f"the agent could not read it (rc {rc}): {tail}"} for q in proc.get("queues", [])]
-
-
-DEAD_PREFIX = "sturdy.dead."
 
 
 def queue_problems(queues: list[dict], age_limit: float) -> list[str]:

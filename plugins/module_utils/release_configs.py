@@ -31,10 +31,11 @@ import stat
 from typing import Callable
 
 from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file, same_file
+from ansible_collections.sturdy.workers.plugins.module_utils.names import RELEASE_FILE
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import Layout
 
 FORMAT = 1
-RECORD_FILE = "RELEASE.json"
+RECORD_FILE = RELEASE_FILE
 UNITS_DIR = "units"
 # In a generation's directory, root-only: a digest of the values (to reuse a generation for the same values) and,
 # last, the mark that the generation is complete.

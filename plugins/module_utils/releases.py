@@ -15,8 +15,8 @@ import tarfile
 from typing import Callable
 
 from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import BUILD_ID, release_dir, root_paths
+from ansible_collections.sturdy.workers.plugins.module_utils.names import RELEASE_FILE
 
-RELEASE_FILE = "RELEASE.json"
 MANIFEST_FILE = "MANIFEST.json"
 # Written first and removed last: a release directory that still has it is an interrupted install.
 PARTIAL_MARKER = ".sturdy-partial"

@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any
 
+from ansible_collections.sturdy.workers.plugins.module_utils.names import DEFAULT_MAX_DELIVERIES
+
 # RestartSteps= and RestartMaxDelaySec= exist from systemd 254 on (systemd NEWS v254).
 RESTART_BACKOFF_MIN_SYSTEMD = 254
 
@@ -258,7 +260,7 @@ def plan_processes(
                 raise UnitSpecError(f"{where}.{option}: the sturdy.workers agent enforces it inside Celery workers "
                                     f"only; adapter {proc.get('adapter', 'none')} has none. Remove it, or use "
                                     "adapter: celery")
-        proc["max_deliveries"] = int(5 if proc.get("max_deliveries") is None else proc["max_deliveries"])
+        proc["max_deliveries"] = int(DEFAULT_MAX_DELIVERIES if proc.get("max_deliveries") is None else proc["max_deliveries"])
         if proc["max_deliveries"] < 1:
             raise UnitSpecError(f"{where}.max_deliveries={proc['max_deliveries']}: a message must be delivered at least "
                                 "once; use 1 (never run a message twice) or more")

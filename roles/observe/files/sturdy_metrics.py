@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import CollectError, collect  # noqa: E402
 from ansible_collections.sturdy.workers.plugins.module_utils.metrics import (  # noqa: E402
     metrics_text, read_counts, read_json, samples)
+from ansible_collections.sturdy.workers.plugins.module_utils.names import TASK_COUNTS  # noqa: E402
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker  # noqa: E402
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV  # noqa: E402
 
@@ -41,7 +42,7 @@ def main(config_path: str) -> int:
         sys.stderr.write(f"sturdy-metrics: {plan['app']}: cannot read the host: {exc}. The metrics keep their last "
                          "values and SturdyMetricsStale fires. Next: is systemd answering (systemctl status)?\n")
         return 1
-    text = metrics_text(samples(status, plan, read_counts(os.path.join(plan["state_dir"], "sturdy-counts")),
+    text = metrics_text(samples(status, plan, read_counts(os.path.join(plan["state_dir"], TASK_COUNTS)),
                                 read_json(plan["last_deploy"]), config.get("queue_age_limit", 600), time.time()))
     # The agent's error lines are the app's own: no secret value goes into the journal.
     mask = host_masker(plan.get("secrets", {}).get("directives", []), run)

@@ -355,7 +355,7 @@ def health(queues: list[str], tasks: list[dict]) -> dict:
         "host": socket.gethostname(),
         "unit": unit_name(),
         "pid": _STATE.get("main_pid", os.getpid()),
-        "queues": sorted(q for q in queues if not q.startswith("sturdy.smoke.")),
+        "queues": sorted(q for q in queues if not q.startswith(SMOKE_PREFIX)),
         "tasks": tasks,
     }
 

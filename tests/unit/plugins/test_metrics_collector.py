@@ -2,6 +2,7 @@
 copies them, the host's python3, and systemctl/journalctl/systemd-run stand-ins on PATH (systemd cannot run here)."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import plan
 
@@ -18,6 +20,24 @@ SHOW = ("Id=shop-worker@1.service\nLoadState=loaded\nActiveState=active\nSubStat
         "NRestarts=2\nMainPID=4242\nExecMainStartTimestampMonotonic=1000000\nUnitFileState=enabled\n"
         "Environment=STURDY_BUILD_ID=b2\n")
 STATS = [{"queue": "default", "depth": 2, "oldest_age": 30.0, "consumers": ["w1@h"]}]
+# The module_utils the observe role copies beside the collector.
+COPIED = yaml.safe_load((ROOT / "roles" / "observe" / "vars" / "main.yml").read_text())["__sturdy_observe_metrics_utils"]
+PREFIX = "ansible_collections.sturdy.workers.plugins.module_utils."
+
+
+def module_utils_imported(path: Path) -> set[str]:
+    """The collection's module_utils a file imports."""
+    return {node.module[len(PREFIX):] for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PREFIX)}
+
+
+def test_the_role_copies_every_module_util_the_collector_imports_and_no_other():
+    needed, todo = set(), [ROOT / "roles" / "observe" / "files" / "sturdy_metrics.py"]
+    while todo:
+        for name in module_utils_imported(todo.pop()) - needed:
+            needed.add(name)
+            todo.append(ROOT / "plugins" / "module_utils" / f"{name}.py")
+    assert sorted(COPIED) == sorted(needed)
 
 
 @pytest.fixture(name="host")
@@ -25,7 +45,7 @@ def fixture_host(tmp_path):
     lib = tmp_path / "lib"
     utils = lib / "ansible_collections" / "sturdy" / "workers" / "plugins" / "module_utils"
     utils.mkdir(parents=True)
-    for name in ("adapters", "app_status", "metrics", "secret_mask", "systemd_query"):
+    for name in COPIED:
         shutil.copy(ROOT / "plugins" / "module_utils" / f"{name}.py", utils)
     shutil.copy(ROOT / "roles" / "observe" / "files" / "sturdy_metrics.py", lib)
     bin_dir = tmp_path / "bin"
