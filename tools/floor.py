@@ -19,10 +19,22 @@ import json
 import shlex
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
-AGENT = Path(__file__).resolve().parent.parent / "roles" / "release" / "files" / "sturdy_agent.py"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def agent_tarball(where: Path) -> Path:
+    """The agent package as the release module writes it: its modules and the collection's names as names.py."""
+    path = where / "sturdy_agent.tar"
+    with tarfile.open(path, "w") as tar:
+        for module in sorted((ROOT / "roles" / "release" / "files" / "sturdy_agent").glob("*.py")):
+            tar.add(module, f"sturdy_agent/{module.name}")
+        tar.add(ROOT / "plugins" / "module_utils" / "names.py", "sturdy_agent/names.py")
+    return path
 
 
 class Transport:
@@ -67,14 +79,15 @@ def floor(t: Transport, artifact: Path, build: str, app: str, process: str, inst
     shown = t.sh(f"mkdir -p {root}/.incoming; systemctl show -p User -p Group -p EnvironmentFiles {app}-{process}@1")
     unit = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
     t.put(artifact, f"{root}/.incoming/{artifact.name}")
-    t.put(AGENT, f"{root}/.incoming/sturdy_agent.py")
+    with tempfile.TemporaryDirectory() as local:
+        t.put(agent_tarball(Path(local)), f"{root}/.incoming/sturdy_agent.tar")
     mark("upload")
     t.sh(f"set -e; mkdir {release}; tar -xzf {root}/.incoming/{artifact.name} -C {release}; "
          f"python3 -m venv {release}/venv; "
          f"{release}/venv/bin/pip install -q --no-index --only-binary=:all: --find-links {release}/wheelhouse "
          f"$(python3 -c 'import json; print(\" \".join(json.load(open(\"{release}/MANIFEST.json\"))[\"install\"]))'); "
-         f"site=$(echo {release}/venv/lib/python3*/site-packages); cp {root}/.incoming/sturdy_agent.py $site/; "
-         f"echo 'import sturdy_agent' > $site/sturdy_agent.pth; "
+         f"site=$(echo {release}/venv/lib/python3*/site-packages); tar -xf {root}/.incoming/sturdy_agent.tar -C $site; "
+         f"echo 'import sturdy_agent; sturdy_agent.activate()' > $site/sturdy_agent.pth; "
          f"""echo '{{"build_id": "{build}"}}' > {release}/RELEASE.json; """
          # The upload goes once unpacked, as the deploy's does.
          f"rm -f {root}/.incoming/{artifact.name}")

@@ -28,8 +28,8 @@ description:
     C(smoke_processes) lists the smoke-testable ones."
   - "C(executables): every path inside the release that a process type or the migration runs, mapped to the
     variable that declares it; C(migrate): the migration command resolved against C(release)."
-  - "C(agent_digest): the SHA-256 of this collection's worker agent (C(roles/release/files/sturdy_agent.py)), which
-    the release role writes into every release's venv. The units of Celery and RQ process types carry it, so a
+  - "C(agent_digest): the SHA-256 of this collection's worker agent package (P(sturdy.workers.agent#lookup): every
+    file of it), which the release role writes into every release's venv. The units of Celery and RQ process types carry it, so a
     collection whose agent differs rewrites them and their instances restart onto the new agent."
 options:
   _input:
@@ -105,7 +105,6 @@ _value:
   type: dict
 """
 
-import hashlib
 import os
 
 from ansible.errors import AnsibleFilterError
@@ -132,11 +131,13 @@ _AGENT: list = []
 
 
 def agent_digest() -> str:
-    """The SHA-256 of the collection's worker agent (plugins/filter/ is two levels below the collection's root)."""
+    """The SHA-256 of the collection's worker agent package (plugins/filter/ is two levels below the collection's
+    root)."""
     if not _AGENT:
+        from ansible_collections.sturdy.workers.plugins.module_utils import releases
+
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        with open(os.path.join(root, "roles", "release", "files", "sturdy_agent.py"), "rb") as fh:
-            _AGENT.append(hashlib.sha256(fh.read()).hexdigest())
+        _AGENT.append(releases.agent_digest(releases.agent_package(root)))
     return _AGENT[0]
 
 

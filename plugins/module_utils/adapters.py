@@ -5,7 +5,7 @@ environment the units get. Pure logic: building argv and reading answers; the mo
 
 An adapter turns "send a smoke job to these queues and wait" into commands run on the host, and their output into
 one entry per queue: {"queue", "ok", "answer" | "error", "latency"}. The answer of a worker is the agent's
-(roles/release/files/sturdy_agent.py): build_id, release, cwd, host, unit, pid, queues, settings.
+(roles/release/files/sturdy_agent/): build_id, release, cwd, host, unit, pid, queues, settings.
 """
 
 from __future__ import annotations

@@ -285,7 +285,7 @@ def plan(
         "release": release,
         "artifact": artifact,
         "target": target_unit(app),
-        # StateDirectory=<app> of every unit; the agent records running tasks under it (sturdy_agent.TASK_RECORDS).
+        # StateDirectory=<app> of every unit; the agent records running tasks under it (names.TASK_RECORDS).
         "state_dir": f"/var/lib/{app}",
         "task_records": f"/var/lib/{app}/{TASK_RECORDS}",
         # The metrics collector's service and timer (sturdy.workers.observe, entry point metrics).

@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The names the collection, the worker agent and the metrics collector share: defined here once.
 
-The modules and the metrics collector import them (the observe role installs this file beside the collector). The
-agent (roles/release/files/sturdy_agent.py) runs in the app's venv without the collection and keeps its own copies;
-tests/unit/plugins/test_names.py fails when one differs from this file."""
+The modules import this file; the observe role installs it beside the metrics collector, and the release module
+writes it into every release's venv as sturdy_agent/names.py (the agent package, roles/release/files/sturdy_agent/,
+imports it from there). Standard library only, no imports: it must run in all three places."""
 
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ SMOKE_TASK = "sturdy.smoke"
 RQ_SMOKE_JOB = "sturdy_agent.rq_smoke"
 # A queue's dead-letter queue: sturdy.dead.<queue>.
 DEAD_PREFIX = "sturdy.dead."
+# The headers the agent adds to a message: when it was published (a UNIX time), how often its dead letter was
+# requeued, and, prefixed, why and where it was dead-lettered (sturdy_dead_reason, _queue, _build, _host, _at,
+# _deliveries).
+SENT_HEADER = "sturdy_sent"
+REQUEUES_HEADER = "sturdy_requeues"
+DEAD_HEADER = "sturdy_dead_"
 # Under the units' state directory (/var/lib/<app>): the records of the tasks each process runs, and the counts of
 # the tasks finished, by build and outcome.
 TASK_RECORDS = "sturdy-tasks"

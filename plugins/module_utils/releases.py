@@ -225,10 +225,33 @@ def build_venv(dest: str, python: str, install: list[str], run: Runner) -> None:
                                f"every dependency must be a wheel in the artifact's wheelhouse/:\n{tail}")
 
 
-AGENT_MODULE = "sturdy_agent.py"
+AGENT_PACKAGE = "sturdy_agent"
 # A .pth line starting with `import` runs at interpreter start: the agent hooks in only where the unit sets
 # STURDY_AGENT, so the app's code needs no change.
-AGENT_PTH = ("sturdy_agent.pth", "import sturdy_agent\n")
+AGENT_PTH = ("sturdy_agent.pth", "import sturdy_agent; sturdy_agent.activate()\n")
+# Where the agent lived before it was a package (removed from a release the module updates).
+AGENT_OLD_MODULE = "sturdy_agent.py"
+
+
+def agent_package(root: str) -> dict[str, str]:
+    """The worker agent package as a release's venv gets it, file name -> source: roles/release/files/sturdy_agent/
+    under the collection's `root`, and the collection's names (plugins/module_utils/names.py) as its names.py."""
+    where = os.path.join(root, "roles", "release", "files", AGENT_PACKAGE)
+    paths = {name: os.path.join(where, name) for name in sorted(os.listdir(where)) if name.endswith(".py")}
+    paths["names.py"] = os.path.join(root, "plugins", "module_utils", "names.py")
+    files = {}
+    for name, path in paths.items():
+        with open(path, encoding="utf-8") as fh:
+            files[name] = fh.read()
+    return files
+
+
+def agent_digest(files: dict[str, str]) -> str:
+    """One SHA-256 of the whole agent package (names and contents)."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(f"{name}\0{hashlib.sha256(files[name].encode()).hexdigest()}\0".encode())
+    return digest.hexdigest()
 
 
 def site_packages(release: str) -> str:
@@ -240,12 +263,15 @@ def site_packages(release: str) -> str:
     return os.path.join(lib, found[-1], "site-packages")
 
 
-def agent_changes(release: str, source: str) -> dict[str, str]:
-    """The agent files of a release that are missing or differ from `source`: path -> content."""
+def agent_changes(release: str, files: dict[str, str]) -> dict[str, str | None]:
+    """What to write into a release's venv for the agent package `files` (agent_package()): path -> content for a
+    file missing or different, path -> None for one to remove (a module the package no longer has, the single-file
+    agent of an older collection)."""
     where = site_packages(release)
-    wanted = {os.path.join(where, AGENT_MODULE): source if source.endswith("\n") else source + "\n",
-              os.path.join(where, AGENT_PTH[0]): AGENT_PTH[1]}
-    changes = {}
+    package = os.path.join(where, AGENT_PACKAGE)
+    wanted = {os.path.join(package, name): text if text.endswith("\n") else text + "\n" for name, text in files.items()}
+    wanted[os.path.join(where, AGENT_PTH[0])] = AGENT_PTH[1]
+    changes: dict[str, str | None] = {}
     for path, content in wanted.items():
         try:
             with open(path, encoding="utf-8") as fh:
@@ -254,6 +280,9 @@ def agent_changes(release: str, source: str) -> dict[str, str]:
         except OSError:
             pass
         changes[path] = content
+    stale = [os.path.join(package, n) for n in (os.listdir(package) if os.path.isdir(package) else [])
+             if n.endswith(".py")] + [os.path.join(where, AGENT_OLD_MODULE)]
+    changes.update((path, None) for path in stale if path not in wanted and os.path.lexists(path))
     return changes
 
 

@@ -67,10 +67,12 @@ options:
     default: 0
   agent:
     description:
-      - With O(state=present), the source of the collection's worker agent. It is written into the venv of every
-        kept release (C(site-packages/sturdy_agent.py) and C(sturdy_agent.pth)) where missing or different, so a
-        rollback finds it too. It acts only in processes whose unit sets C(STURDY_AGENT).
-    type: str
+      - With O(state=present), the files of the collection's worker agent package, file name to source (the role
+        passes P(sturdy.workers.agent#lookup)). They are written into the venv of every kept release
+        (C(site-packages/sturdy_agent/) and C(sturdy_agent.pth)) where missing or different, and a module the
+        package no longer has, or the single-file C(sturdy_agent.py) of an older collection, is removed, so a
+        rollback finds the same agent. It acts only in processes whose unit sets C(STURDY_AGENT).
+    type: dict
   executables:
     description:
       - With O(state=present), paths inside the release (C(bin/shop-worker), C(venv/bin/celery)) that must be
@@ -193,6 +195,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.files import own_directory, replace_file
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
+    AGENT_PACKAGE,
     BUILD_ID,
     Layout,
     ReleaseError,
@@ -206,6 +209,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
     prune_plan,
     release_state,
     replace_link,
+    site_packages,
 )
 
 
@@ -275,15 +279,31 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
             # The collection's worker agent (readiness, smoke queue) in the venv of every kept release: the units
             # expect it whichever release they run, including one a rollback goes back to that was installed
             # before the agent existed or by an older collection.
-            changes = {}
+            changes, touched = {}, []
             for name in [r["build_id"] for r in installed(layout)]:
                 if name not in result["removed"]:
-                    changes.update(agent_changes(layout.release(name), p["agent"]))
+                    found = agent_changes(layout.release(name), p["agent"])
+                    changes.update(found)
+                    touched += [layout.release(name)] if found else []
             result["agent_updated"] = bool(changes)
             result["changed"] = result["changed"] or bool(changes)
             for path, content in changes.items():
-                if not check:
+                if check:
+                    continue
+                if content is None:
+                    os.unlink(path)
+                else:
+                    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
                     replace_file(path, content.encode("utf-8"), 0o644)
+            for release in [] if check else touched:
+                # Compiled here, as root: the units' user cannot write into the venv, so without it every process
+                # would compile the modules it imports at each start.
+                argv = [f"{release}/venv/bin/python", "-m", "compileall", "-q",
+                        os.path.join(site_packages(release), AGENT_PACKAGE)]
+                rc, out, err = module.run_command(argv)
+                if rc != 0:
+                    module.warn(f"{' '.join(argv)} failed (rc {rc}): {(out + err).strip()[-500:]}; the agent still "
+                                "runs, compiled at each process start")
         releases = [r["build_id"] for r in plan if r["build_id"] not in result["removed"]]
         result["changed"] = result["changed"] or bool(result["removed"])
 
@@ -343,7 +363,7 @@ def main():
             "commit": {"type": "str", "default": ""},
             "python": {"type": "path", "default": "/usr/bin/python3"},
             "keep": {"type": "int", "default": 0},
-            "agent": {"type": "str"},
+            "agent": {"type": "dict"},
             "executables": {"type": "dict", "default": {}},
             "packages": {"type": "list", "elements": "str", "default": []},
             "remove_artifact": {"type": "bool", "default": False},

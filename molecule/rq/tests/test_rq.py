@@ -4,7 +4,6 @@ restart while jobs flow lets running jobs finish (RQ's warm shutdown) and loses 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -248,6 +247,11 @@ def test_the_live_build_again_only_proves_the_instances_and_a_secret_file_change
         (False, "sturdy_deploy_force=true")] * len(HOSTS), report()["hosts"]
 
 
+def agent_line(name):
+    """The line of the worker unit naming the agent it was written for."""
+    return host(name).check_output("grep -h 'Written for the sturdy.workers agent' /etc/systemd/system/parcel-worker@.service")
+
+
 def test_a_collection_whose_agent_differs_restarts_every_instance_onto_it_with_the_same_build(tmp_path):
     # An upgrade of the collection that changes the agent, deployed with the build that runs: the release already
     # exists, but the agent in its venv is rewritten, so the running instances must restart to load it.
@@ -257,10 +261,11 @@ def test_a_collection_whose_agent_differs_restarts_every_instance_onto_it_with_t
     for part in ("galaxy.yml", "meta", "playbooks", "plugins", "roles"):
         copy = shutil.copytree if (installed / part).is_dir() else shutil.copy
         copy(installed / part, upgraded / part)
-    agent = upgraded / "roles/release/files/sturdy_agent.py"
+    # One module of the agent package, the one an RQ worker loads, differs.
+    agent = upgraded / "roles/release/files/sturdy_agent/rq_worker.py"
     agent.write_text(agent.read_text() + "UPGRADED = True  # the test's new agent\n")
-    digest = hashlib.sha256(agent.read_bytes()).hexdigest()
     shown = {name: host(name).check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}") for name in HOSTS}
+    written_for = {name: agent_line(name) for name in HOSTS}
     succeeded(playbook("sturdy.workers.deploy", "-e", f"sturdy_build_id={B2}", "-e", "sturdy_deploy_hosts=apps",
                        collections=str(tmp_path)))
     rep = report()
@@ -272,10 +277,11 @@ def test_a_collection_whose_agent_differs_restarts_every_instance_onto_it_with_t
         for unit in UNITS:
             inst = rep["hosts"][name]["instances"][unit]
             assert inst["restarted"] and inst["smoke_build"] == B2, inst
-        assert f"agent {digest[:16]} (sha256)" in h.check_output("cat /etc/systemd/system/parcel-worker@.service")
+        # The unit names the agent's digest, over every file of the package.
+        assert agent_line(name) != written_for[name] and "(sha256)" in agent_line(name), agent_line(name)
         # Each instance started after the new agent was in the release it runs, so it is the agent it loaded.
         assert "UPGRADED = True" in h.check_output("cat /srv/parcel/current/venv/lib/python3*/site-packages/"
-                                                   "sturdy_agent.py")
+                                                   "sturdy_agent/rq_worker.py")
         now = h.check_output(f"systemctl show -P InvocationID {' '.join(UNITS)}").split()
         assert not set(now) & set(shown[name].split()), (now, shown[name])
 

@@ -11,10 +11,10 @@ def test_a_smoke_job_waits_out_a_broker_restart_within_its_timeout_and_fails_on_
         pass
 
     clock = [100.0]
-    monkeypatch.setattr(agent.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(agent.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
-    monkeypatch.setattr(agent, "waiting", lambda app, queues: dict.fromkeys(queues, 0))
-    monkeypatch.setattr(agent.uuid, "uuid4", type("Token", (), {"hex": "t"}))
+    monkeypatch.setattr(agent.client.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(agent.client.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    monkeypatch.setattr(agent.client, "waiting", lambda app, queues: dict.fromkeys(queues, 0))
+    monkeypatch.setattr(agent.client.uuid, "uuid4", type("Token", (), {"hex": "t"}))
 
     def app_down_until(back: float):
         class Result:
@@ -33,13 +33,13 @@ def test_a_smoke_job_waits_out_a_broker_restart_within_its_timeout_and_fails_on_
         return App()
 
     # Away 20 s of a 30 s timeout: the job is sent once the broker is back and answered.
-    monkeypatch.setattr(agent, "_celery_app", lambda spec: app_down_until(clock[0] + 20))
-    (entry,) = agent.smoke("shop.celery", ["default"], 30.0)
+    monkeypatch.setattr(agent.client, "load_app", lambda spec: app_down_until(clock[0] + 20))
+    (entry,) = agent.client.smoke("shop.celery", ["default"], 30.0)
     assert entry["ok"] is True and entry["answer"]["build_id"] == "5", entry
     # Away longer than the timeout: it could not reach the broker, after waiting the timeout and no longer.
     started = clock[0]
-    monkeypatch.setattr(agent, "_celery_app", lambda spec: app_down_until(clock[0] + 600))
-    (entry,) = agent.smoke("shop.celery", ["default"], 30.0)
+    monkeypatch.setattr(agent.client, "load_app", lambda spec: app_down_until(clock[0] + 600))
+    (entry,) = agent.client.smoke("shop.celery", ["default"], 30.0)
     assert (entry["ok"], entry["unreachable"]) == (False, True) and 29 <= clock[0] - started <= 31, entry
     # Any other error is not waited for.
     calls = []
@@ -48,24 +48,24 @@ def test_a_smoke_job_waits_out_a_broker_restart_within_its_timeout_and_fails_on_
         calls.append(1)
         raise ValueError("no such task")
     with pytest.raises(ValueError):
-        agent.through_an_outage(refused, clock[0] + 30)
+        agent.client.through_an_outage(refused, clock[0] + 30)
     assert calls == [1]
 
 
 def test_a_worker_waiting_for_a_lost_broker_feeds_the_watchdog_and_says_so_until_its_loop_runs_again(agent, monkeypatch):
     sent = []
-    monkeypatch.setattr(agent, "notify", sent.append)
-    monkeypatch.setitem(agent._STATE, "node", "worker1@h")
-    monkeypatch.delitem(agent._STATE, "watchdog", raising=False)
-    agent.waiting_for_broker()
+    monkeypatch.setattr(agent.celery_worker, "notify", sent.append)
+    monkeypatch.setitem(agent.core.STATE, "node", "worker1@h")
+    monkeypatch.delitem(agent.core.STATE, "watchdog", raising=False)
+    agent.celery_worker.waiting_for_broker()
     assert sent == []  # before READY systemd watches no watchdog
-    monkeypatch.setitem(agent._STATE, "watchdog", object())
-    agent.waiting_for_broker()
-    agent.waiting_for_broker()
+    monkeypatch.setitem(agent.core.STATE, "watchdog", object())
+    agent.celery_worker.waiting_for_broker()
+    agent.celery_worker.waiting_for_broker()
     assert len(sent) == 2 and sent[0] == sent[1]
     assert sent[0].startswith("WATCHDOG=1\nSTATUS=waiting for the broker since ")
-    agent.loop_alive()
-    agent.loop_alive()
+    agent.celery_worker.loop_alive()
+    agent.celery_worker.loop_alive()
     assert sent[2:] == ["WATCHDOG=1\nSTATUS=consuming (worker1@h)", "WATCHDOG=1"]
 
 
@@ -89,14 +89,14 @@ def test_a_message_redis_handed_out_as_it_went_away_is_kept_and_put_back_at_the_
     transport.QoS = QoS
     monkeypatch.setitem(sys.modules, "kombu.transport.redis", transport)
     monkeypatch.setitem(sys.modules, "kombu.transport", types.SimpleNamespace(redis=transport))
-    agent.keep_messages_popped_as_the_broker_left()
-    agent.keep_messages_popped_as_the_broker_left()  # once only
+    agent.celery_worker.keep_messages_popped_as_the_broker_left()
+    agent.celery_worker.keep_messages_popped_as_the_broker_left()  # once only
     message = types.SimpleNamespace(_raw={"body": "b", "headers": {"id": "t1"}},
                                     delivery_info={"exchange": "", "routing_key": "default"})
     # kombu still sees the connection error (it reconnects as before); the message is kept.
     with pytest.raises(Gone):
         QoS().append(message, "tag-1")
-    assert agent._STATE["popped"] == [({"body": "b", "headers": {"id": "t1"}}, "", "default")]
+    assert agent.core.STATE["popped"] == [({"body": "b", "headers": {"id": "t1"}}, "", "default")]
 
     pushed, said = [], []
     log = types.SimpleNamespace(warning=lambda msg, *args: said.append(msg % args))
@@ -134,14 +134,14 @@ def test_a_message_redis_handed_out_as_it_went_away_is_kept_and_put_back_at_the_
 
     app = types.SimpleNamespace(connection_for_write=Conn)
     # The broker still away: nothing put back, the message still kept, and said so.
-    assert agent.push_back_popped(app, log) == 0
-    assert pushed == [] and len(agent._STATE["popped"]) == 1 and "1 message(s)" in said[-1]
+    assert agent.celery_worker.push_back_popped(app, log) == 0
+    assert pushed == [] and len(agent.core.STATE["popped"]) == 1 and "1 message(s)" in said[-1]
     # Back: put back at the head of its queue in one pipeline, and no longer kept.
     Conn.up = True
-    assert agent.push_back_popped(app, log) == 1
-    assert pushed == [("t1", "", "default", True), "executed"] and agent._STATE["popped"] == []
+    assert agent.celery_worker.push_back_popped(app, log) == 1
+    assert pushed == [("t1", "", "default", True), "executed"] and agent.core.STATE["popped"] == []
     assert "put 1 message(s)" in said[-1]
-    assert agent.push_back_popped(app, log) == 0
+    assert agent.celery_worker.push_back_popped(app, log) == 0
 
 
 def test_a_hooked_worker_writes_its_stacks_to_the_journal_when_its_watchdog_kills_it(agent, monkeypatch):
@@ -150,8 +150,8 @@ def test_a_hooked_worker_writes_its_stacks_to_the_journal_when_its_watchdog_kill
     was = faulthandler.is_enabled()
     faulthandler.disable()
     try:
-        monkeypatch.setitem(agent.HOOKS, "celery", lambda: None)
-        agent._STATE.pop("hooked", None)
+        # The hooks themselves fail (no Celery here): the stacks are already set up by then.
+        monkeypatch.setitem(__import__("sys").modules, "celery", None)
         agent.activate({"STURDY_AGENT": "celery"})
         assert faulthandler.is_enabled()
     finally:

@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import hashlib
-import pathlib
-
 import pytest
 from ansible.errors import AnsibleFilterError
 
@@ -30,5 +27,6 @@ def test_filter_errors_are_filter_errors_naming_the_variable():
 
 def test_the_plan_names_the_agent_the_release_role_installs_by_its_sha256():
     # The worker units carry it: an agent that differs rewrites them, and a deploy restarts the instances onto it.
-    agent = pathlib.Path(collection.__path__[0]) / "roles" / "release" / "files" / "sturdy_agent.py"
-    assert app_plan("shop")["agent_digest"] == hashlib.sha256(agent.read_bytes()).hexdigest()
+    from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_digest, agent_package
+
+    assert app_plan("shop")["agent_digest"] == agent_digest(agent_package(collection.__path__[0]))

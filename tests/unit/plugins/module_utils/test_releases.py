@@ -4,6 +4,7 @@ import hashlib
 import io
 import json
 import os
+import pathlib
 import subprocess
 import tarfile
 
@@ -210,17 +211,48 @@ def test_agent_changes_lists_only_missing_or_different_files(tmp_path):
     from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_changes
 
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
-    site.mkdir(parents=True)
-    changes = agent_changes(str(tmp_path), "AGENT")
-    assert changes == {str(site / "sturdy_agent.py"): "AGENT\n", str(site / "sturdy_agent.pth"): "import sturdy_agent\n"}
+    package = site / "sturdy_agent"
+    package.mkdir(parents=True)
+    changes = agent_changes(str(tmp_path), {"__init__.py": "INIT", "core.py": "CORE\n"})
+    assert changes == {str(package / "__init__.py"): "INIT\n", str(package / "core.py"): "CORE\n",
+                       str(site / "sturdy_agent.pth"): "import sturdy_agent; sturdy_agent.activate()\n"}
     for path, content in changes.items():
         replace_file(path, content.encode("utf-8"))
-    assert agent_changes(str(tmp_path), "AGENT") == {}
-    assert list(agent_changes(str(tmp_path), "AGENT v2")) == [str(site / "sturdy_agent.py")]
+    assert agent_changes(str(tmp_path), {"__init__.py": "INIT", "core.py": "CORE\n"}) == {}
+    assert list(agent_changes(str(tmp_path), {"__init__.py": "INIT v2", "core.py": "CORE\n"})) == [
+        str(package / "__init__.py")]
+
+
+def test_agent_changes_remove_a_module_the_package_dropped_and_the_single_file_agent(tmp_path):
+    from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_changes
+
+    site = tmp_path / "venv" / "lib" / "python3.13" / "site-packages"
+    (site / "sturdy_agent").mkdir(parents=True)
+    # An older collection's agent: one module, and a .pth that imports it.
+    (site / "sturdy_agent.py").write_text("OLD\n")
+    (site / "sturdy_agent.pth").write_text("import sturdy_agent\n")
+    (site / "sturdy_agent" / "gone.py").write_text("GONE\n")
+    (site / "sturdy_agent" / "core.py").write_text("CORE\n")
+    changes = agent_changes(str(tmp_path), {"core.py": "CORE\n"})
+    assert changes == {str(site / "sturdy_agent.pth"): "import sturdy_agent; sturdy_agent.activate()\n",
+                       str(site / "sturdy_agent" / "gone.py"): None, str(site / "sturdy_agent.py"): None}
+
+
+def test_the_agent_package_is_its_modules_and_the_collections_names():
+    from ansible_collections.sturdy.workers.plugins.module_utils import names
+    from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_digest, agent_package
+
+    root = pathlib.Path(names.__file__).resolve().parents[2]
+    files = agent_package(str(root))
+    assert files["names.py"] == pathlib.Path(names.__file__).read_text()
+    assert {"__init__.py", "__main__.py", "core.py", "celery_worker.py", "rq_worker.py"} <= set(files)
+    # Every file counts in the digest the units carry.
+    assert agent_digest(files) != agent_digest(dict(files, **{"letters.py": files["letters.py"] + "#"}))
+    assert agent_digest(files) != agent_digest({k: v for k, v in files.items() if k != "rq_client.py"})
 
 
 def test_agent_changes_refuses_a_release_without_a_venv(tmp_path):
     from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_changes
 
     with pytest.raises(ReleaseError, match="no venv"):
-        agent_changes(str(tmp_path), "AGENT")
+        agent_changes(str(tmp_path), {"core.py": "CORE"})

@@ -85,3 +85,29 @@ def test_install_makes_the_app_directories_root_owned_0755_and_removes_the_uploa
     # Now nothing differs.
     result, dummy = run_module(release, args)
     assert not result["changed"]
+
+
+def test_the_agent_package_replaces_an_older_agent_in_every_kept_release_and_is_compiled(run_module, tmp_path):
+    sites = []
+    for build in ("b1", "b2"):
+        site = installed_release(tmp_path, build) / "venv" / "lib" / "python3.13" / "site-packages"
+        site.mkdir(parents=True)
+        (site / "sturdy_agent.py").write_text("OLD = True\n")
+        (site / "sturdy_agent.pth").write_text("import sturdy_agent\n")
+        sites.append(site)
+    args = {"root": str(tmp_path), "build_id": "b2", "checksum": "0" * 64,
+            "agent": {"__init__.py": "def activate():\n    pass\n", "core.py": "X = 1\n"}}
+    result, calls = run_module(release, args | {"_ansible_check_mode": True})
+    assert result["changed"] and result["agent_updated"] and calls == []
+    assert (sites[0] / "sturdy_agent.py").exists() and not (sites[0] / "sturdy_agent").exists()
+    compile_ok = [([str(tmp_path / "releases" / b / "venv/bin/python"), "-m", "compileall"], (0, "", ""))
+                  for b in ("b1", "b2")]
+    result, calls = run_module(release, args, compile_ok)
+    assert result["changed"] and result["agent_updated"]
+    for site in sites:
+        assert sorted(p.name for p in (site / "sturdy_agent").iterdir()) == ["__init__.py", "core.py"]
+        assert not (site / "sturdy_agent.py").exists()
+        assert (site / "sturdy_agent.pth").read_text() == "import sturdy_agent; sturdy_agent.activate()\n"
+    assert [c[-1] for c in calls] == [str(site / "sturdy_agent") for site in sites]
+    result, calls = run_module(release, args)
+    assert not result["changed"] and not result["agent_updated"] and calls == []
