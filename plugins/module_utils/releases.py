@@ -283,7 +283,11 @@ def agent_changes(release: str, files: dict[str, str]) -> dict[str, str | None]:
     stale = [os.path.join(package, n) for n in (os.listdir(package) if os.path.isdir(package) else [])
              if n.endswith(".py")] + [os.path.join(where, AGENT_OLD_MODULE)]
     changes.update((path, None) for path in stale if path not in wanted and os.path.lexists(path))
-    return changes
+    # The order they are written in keeps every interpreter starting meanwhile whole: the modules, then the .pth
+    # (its activate() is the old single-file agent's too, which wins over a package without __init__.py), then
+    # __init__.py (the package now wins, complete), then the removals.
+    last = {os.path.join(where, AGENT_PTH[0]): 1, os.path.join(package, "__init__.py"): 2}
+    return dict(sorted(changes.items(), key=lambda item: 3 if item[1] is None else last.get(item[0], 0)))
 
 
 def missing_executables(release: str, executables: dict[str, str]) -> list[str]:

@@ -293,14 +293,16 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
                 if content is None:
                     os.unlink(path)
                 else:
-                    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                    if not os.path.isdir(os.path.dirname(path)):
+                        os.mkdir(os.path.dirname(path))
+                        os.chmod(os.path.dirname(path), 0o755)  # whatever the umask: the units' user imports it
                     replace_file(path, content.encode("utf-8"), 0o644)
             for release in [] if check else touched:
                 # Compiled here, as root: the units' user cannot write into the venv, so without it every process
                 # would compile the modules it imports at each start.
                 argv = [f"{release}/venv/bin/python", "-m", "compileall", "-q",
                         os.path.join(site_packages(release), AGENT_PACKAGE)]
-                rc, out, err = module.run_command(argv)
+                rc, out, err = module.run_command(argv, umask=0o022)
                 if rc != 0:
                     module.warn(f"{' '.join(argv)} failed (rc {rc}): {(out + err).strip()[-500:]}; the agent still "
                                 "runs, compiled at each process start")

@@ -474,3 +474,48 @@ def test_records_a_dead_pool_process_left_are_closed_and_the_live_ones_kept(agen
     assert json.loads((unit / "102.json").read_text())["end"] == "dead-lettered to sturdy.dead.default"
     assert agent.records.close_task_records(str(unit), "again", 70.0, task_id="poison") == []
     assert not list(unit.glob("*.tmp"))
+
+
+def test_the_rq_smoke_client_sends_a_job_to_each_queue_and_reads_its_answer(agent, monkeypatch):
+    import sys
+    import types
+
+    class Job:
+        id = "j1"
+
+        def __init__(self, token):
+            self.token = token
+
+        def get_status(self, refresh):
+            return "finished"
+
+        def return_value(self, refresh):
+            return {"token": self.token, "build_id": "b7"}
+
+    class Queue:
+        count = 0
+
+        def __init__(self, name, connection=None, serializer=None):
+            self.name = name
+
+        def enqueue(self, func, token, **options):
+            assert func == "sturdy_agent.rq_smoke" and options["ttl"] == 5
+            return Job(token)
+
+    class Conn:
+        @classmethod
+        def from_url(cls, url):
+            assert url == "redis://broker:6379/1"
+            return cls()
+
+    registration = types.SimpleNamespace(get_keys=lambda queue: [])  # no worker registered: none is busy
+    fakes = {"redis": types.SimpleNamespace(Redis=Conn),
+             "rq": types.SimpleNamespace(Queue=Queue, worker_registration=registration),
+             "rq.queue": types.SimpleNamespace(Queue=Queue),
+             "rq.serializers": types.SimpleNamespace(resolve_serializer=lambda name: None)}
+    for name, module in fakes.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setenv("RQ_REDIS_URL", "redis://broker:6379/1")
+    got = agent.rq_client.smoke(["sturdy.smoke.parcel-worker@1.h", "parcel.scales"], 5)
+    assert [(g["queue"], g["ok"], g["answer"]["build_id"]) for g in got] == [
+        ("sturdy.smoke.parcel-worker@1.h", True, "b7"), ("parcel.scales", True, "b7")], got

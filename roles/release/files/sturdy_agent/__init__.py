@@ -41,10 +41,21 @@ def activate(environ=None) -> None:
     try:
         from importlib import import_module  # pylint: disable=import-outside-toplevel
 
-        import_module(f"{__name__}.{HOOKS[kind]}").install(environ)
+        from . import core  # pylint: disable=import-outside-toplevel
+
+        if kind == "rq":
+            # RQ_REDIS_URL delivered as a systemd credential: read into the environment, where `rq worker` reads it.
+            core.rq_url_from_credentials(environ)
+        core.dump_stacks_when_killed()
+        import_module(f"{__name__}.{HOOKS[kind]}").install()
     except (ImportError, AttributeError) as exc:
         sys.stderr.write(f"sturdy_agent: STURDY_AGENT={kind} but its worker cannot be hooked ({exc}); "
                          "no readiness or smoke queue for this process\n")
+
+
+class DeadLettered(Exception):
+    """The result of a task the agent moved to its queue's dead-letter queue instead of running it. Defined here:
+    Celery records a failure's class by its module (sturdy_agent), which a reader of the result imports."""
 
 
 def rq_smoke(token: str) -> dict:

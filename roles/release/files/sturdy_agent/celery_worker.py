@@ -14,9 +14,9 @@ import socket
 import time
 import types
 
-from .core import (STATE, dump_stacks_when_killed, identity, loaded_build, notify, own_queue, own_smoke_queue,
-                   reply_url, unit_name)
-from .letters import DELIVERIES_TTL, DeadLettered, dead_headers, dead_letter_queue, deliveries_key
+from .core import STATE, identity, loaded_build, notify, own_queue, own_smoke_queue, reply_url, unit_name
+from . import DeadLettered
+from .letters import DELIVERIES_TTL, dead_headers, dead_letter_queue, deliveries_key
 from .names import DEAD_PREFIX, DEFAULT_MAX_DELIVERIES, SENT_HEADER, SMOKE_PREFIX, SMOKE_TASK
 from .records import (close_dead_children_records, close_task_records, count_outcome, prune_task_records,
                       record_task_end, record_task_start, task_record_path)
@@ -427,9 +427,8 @@ def feed_while_reconnecting() -> None:
     consumer.maybe_shutdown = maybe_shutdown
 
 
-def install(environ) -> None:  # pylint: disable=unused-argument  # as rq_worker.install
+def install() -> None:
     """Connect to Celery's worker signals (called at interpreter start when STURDY_AGENT=celery)."""
-    dump_stacks_when_killed()
     from celery import signals  # pylint: disable=import-outside-toplevel
 
     def after_setup(sender=None, instance=None, **_):

@@ -14,10 +14,6 @@ from .names import DEAD_HEADER, DEAD_PREFIX, REQUEUES_HEADER
 DELIVERIES_TTL = 7 * 86400
 
 
-class DeadLettered(Exception):
-    """The result of a task the agent moved to its queue's dead-letter queue instead of running it."""
-
-
 def dead_letter_queue(queue: str) -> str:
     """Where the dead letters of `queue` wait: sturdy.dead.<queue> (no worker consumes it)."""
     return queue if queue.startswith(DEAD_PREFIX) else DEAD_PREFIX + queue

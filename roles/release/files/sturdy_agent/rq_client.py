@@ -14,7 +14,7 @@ from .core import RQ_URL, rq_url_from_credentials
 from .names import RQ_SMOKE_JOB, SMOKE_PREFIX
 
 
-def workers(conn, queue: str) -> list[dict]:
+def registered_workers(conn, queue: str) -> list[dict]:
     """The live RQ workers registered on `queue` (their registration hashes, newest first)."""
     from rq import worker_registration  # pylint: disable=import-outside-toplevel
     from rq.queue import Queue  # pylint: disable=import-outside-toplevel
@@ -61,7 +61,7 @@ def smoke(targets: list[str], timeout: float) -> list[dict]:
     for name in targets:
         started = time.monotonic()
         try:
-            workers = workers(conn, name)
+            workers = registered_workers(conn, name)
             serializer = next((w["sturdy_serializer"] for w in workers if w.get("sturdy_serializer")), None)
             queue = Queue(name, connection=conn, serializer=resolve_serializer(serializer))
             depth = 0 if name.startswith(SMOKE_PREFIX) else queue.count
@@ -97,7 +97,7 @@ def smoke(targets: list[str], timeout: float) -> list[dict]:
                     why = (getattr(result, "exc_string", None) or status).strip().splitlines()[-1]
                     found[name] = dict(entry, ok=False, error=f"the smoke job {status}: {why}")
                     continue
-                busy = [w for w in workers(conn, name) if w.get("sturdy_job") not in (None, "", job.id)]
+                busy = [w for w in registered_workers(conn, name) if w.get("sturdy_job") not in (None, "", job.id)]
                 if name.startswith(SMOKE_PREFIX) and status == "queued" and busy \
                         and time.monotonic() - started > 0.5:
                     queue.remove(job.id)
@@ -143,7 +143,7 @@ def queue_stats(queues: list[str]) -> list[dict]:
                     enqueued = datetime.datetime.fromisoformat(_text(job[0]).replace("Z", "+00:00"))
                     entry["oldest_age"] = round(time.time() - enqueued.timestamp(), 1)
                 entry["oldest_task"] = _text(job[1]).split("(", 1)[0] if job[1] else None
-            entry["consumers"] = sorted(w["name"] for w in workers(conn, name))
+            entry["consumers"] = sorted(w["name"] for w in registered_workers(conn, name))
             entry["failed_jobs"] = FailedJobRegistry(name, connection=conn).count
         except Exception as exc:  # pylint: disable=broad-exception-caught  # reported per queue
             entry["error"] = f"{type(exc).__name__}: {exc}"

@@ -10,13 +10,8 @@ import inspect
 import os
 import time
 
-from .core import (STATE, dump_stacks_when_killed, identity, loaded_build, notify, own_smoke_queue,
-                   rq_url_from_credentials, unit_name)
+from .core import STATE, identity, loaded_build, notify, own_smoke_queue, unit_name
 from .records import count_outcome, prune_task_records, record_task_end, record_task_start, task_record_path
-
-# The longest blocking pop of an RQ worker: how long a stop waits for an idle worker to notice it.
-RQ_POP_SECONDS = 1
-
 
 # The longest blocking pop of an RQ worker: how long a stop waits for an idle worker to notice it.
 RQ_POP_SECONDS = 1
@@ -29,12 +24,9 @@ def smoke_answer(token: str) -> dict:
             "settings": {}}
 
 
-def install(environ) -> None:
+def install() -> None:
     """Hook into RQ's worker class (RQ 2): the instance's smoke queue first among its queues, its build in its
-    registration, READY=1 once it listens, STOPPING=1 on warm shutdown, a record and a count of each job.
-    RQ_REDIS_URL delivered as a systemd credential is read into the environment first, where `rq worker` reads it."""
-    rq_url_from_credentials(environ)
-    dump_stacks_when_killed()
+    registration, READY=1 once it listens, STOPPING=1 on warm shutdown, a record and a count of each job."""
     try:
         from rq.worker import BaseWorker as worker_class  # pylint: disable=import-outside-toplevel
     except ImportError:  # RQ 1.x

@@ -233,9 +233,15 @@ def test_agent_changes_remove_a_module_the_package_dropped_and_the_single_file_a
     (site / "sturdy_agent.pth").write_text("import sturdy_agent\n")
     (site / "sturdy_agent" / "gone.py").write_text("GONE\n")
     (site / "sturdy_agent" / "core.py").write_text("CORE\n")
-    changes = agent_changes(str(tmp_path), {"core.py": "CORE\n"})
+    changes = agent_changes(str(tmp_path), {"core.py": "CORE\n", "__init__.py": "INIT\n", "rq_worker.py": "RQ\n"})
     assert changes == {str(site / "sturdy_agent.pth"): "import sturdy_agent; sturdy_agent.activate()\n",
+                       str(site / "sturdy_agent" / "__init__.py"): "INIT\n",
+                       str(site / "sturdy_agent" / "rq_worker.py"): "RQ\n",
                        str(site / "sturdy_agent" / "gone.py"): None, str(site / "sturdy_agent.py"): None}
+    # Written in an order that leaves a starting interpreter a whole agent at every step: the modules, the .pth
+    # (which the old single-file agent answers too), __init__.py (from then on the package is imported), removals.
+    assert [pathlib.Path(p).name for p in changes] == ["rq_worker.py", "sturdy_agent.pth", "__init__.py", "gone.py",
+                                                       "sturdy_agent.py"]
 
 
 def test_the_agent_package_is_its_modules_and_the_collections_names():
