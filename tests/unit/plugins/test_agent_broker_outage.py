@@ -158,3 +158,37 @@ def test_a_hooked_worker_writes_its_stacks_to_the_journal_when_its_watchdog_kill
         faulthandler.disable()
         if was:
             faulthandler.enable()
+
+
+def test_every_kombu_retry_in_the_worker_feeds_the_watchdog_a_heartbeat_publish_too(agent, monkeypatch):
+    # The boundary that cannot run here: kombu's retry_over_time, which blocks the worker's event loop while the broker
+    # is away, whoever calls it (the consumer's reconnect with its callback, a heartbeat's publish with none).
+    import sys
+    import types
+
+    calls = []
+
+    def retry_over_time(fun, catch, args=None, kwargs=None, errback=None, max_retries=None, interval_start=2,
+                        interval_step=2, interval_max=30, callback=None, timeout=None):
+        for dummy in range(3):  # three seconds of retrying
+            if callback:
+                callback()
+        calls.append((max_retries, timeout))
+        return fun()
+
+    kombu = types.ModuleType("kombu")
+    kombu.connection = types.SimpleNamespace(retry_over_time=retry_over_time)
+    monkeypatch.setitem(sys.modules, "kombu", kombu)
+    sent = []
+    monkeypatch.setattr(agent.celery_worker, "notify", sent.append)
+    monkeypatch.setitem(agent.core.STATE, "watchdog", object())
+    agent.celery_worker.feed_while_kombu_retries()
+    agent.celery_worker.feed_while_kombu_retries()  # once only
+    patched = kombu.connection.retry_over_time
+    # As kombu's _ensure_connection calls it: every argument positional, no callback (a publish's retry).
+    assert patched(lambda: "connected", (OSError,), (), {}, None, 3, 2, 2, 30, None, timeout=None) == "connected"
+    assert len(sent) == 3 and all(m.startswith("WATCHDOG=1\nSTATUS=waiting for the broker") for m in sent)
+    # The consumer's reconnect: its own callback (Celery's maybe_shutdown) still runs.
+    shutdown_checks = []
+    patched(lambda: "ok", (OSError,), callback=lambda: shutdown_checks.append(1), max_retries=None)
+    assert len(shutdown_checks) == 3 and len(sent) == 6 and calls == [(3, None), (None, None)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import inspect
 import os
 import socket
 import time
@@ -401,8 +402,8 @@ def loop_alive() -> None:
 
 
 def waiting_for_broker() -> None:
-    """Called about every second while Celery's consumer retries a lost broker connection (its loop is blocked in
-    kombu's retry, not hung): feeds the watchdog, so a broker outage longer than WatchdogSec= does not get every worker
+    """Called about every second while kombu retries a lost broker connection in the worker's main process (its loop
+    is blocked in kombu's retry, not hung): feeds the watchdog, so a broker outage longer than WatchdogSec= does not get every worker
     killed and restarted, and says so in `systemctl status`."""
     if STATE.get("watchdog") is None:
         return
@@ -410,21 +411,33 @@ def waiting_for_broker() -> None:
     notify(f"WATCHDOG=1\nSTATUS=waiting for the broker since {since} (reconnecting)")
 
 
-def feed_while_reconnecting() -> None:
-    """Hook waiting_for_broker into the callback Celery's consumer gives kombu's connection retry (maybe_shutdown,
-    called between retries)."""
-    from celery.worker.consumer import consumer  # pylint: disable=import-outside-toplevel
+def feed_while_kombu_retries() -> None:
+    """kombu retries a lost broker connection inside whatever called it, blocking the worker's event loop for tens of
+    seconds: the consumer's reconnect, and a heartbeat or event the loop's timers publish (Connection.ensure ->
+    _ensure_connection -> retry_over_time). Between its tries and each second it sleeps, waiting_for_broker feeds the
+    watchdog: the loop is blocked in kombu's retry, not hung. (Fed only from the consumer's reconnect, a heartbeat
+    published while the broker was stopped got a worker killed after WatchdogSec=.)"""
+    from kombu import connection  # pylint: disable=import-outside-toplevel
 
-    original = consumer.maybe_shutdown
+    original = connection.retry_over_time
     if getattr(original, "sturdy_agent", False):
         return
+    signature = inspect.signature(original)
 
-    def maybe_shutdown():
-        original()
-        waiting_for_broker()
+    def retry_over_time(*args, **kwargs):
+        call = signature.bind(*args, **kwargs)
+        given = call.arguments.get("callback")
 
-    maybe_shutdown.sturdy_agent = True
-    consumer.maybe_shutdown = maybe_shutdown
+        def fed():
+            waiting_for_broker()
+            if given is not None:
+                given()
+
+        call.arguments["callback"] = fed
+        return original(*call.args, **call.kwargs)
+
+    retry_over_time.sturdy_agent = True
+    connection.retry_over_time = retry_over_time
 
 
 def install() -> None:
@@ -472,7 +485,7 @@ def install() -> None:
             STATE["watchdog"] = timer.call_repeatedly(usec / 2e6, loop_alive, priority=10)
         if timer is not None and "popped" in STATE:
             timer.call_repeatedly(2.0, push_back_popped, (sender.app,), priority=10)
-        feed_while_reconnecting()
+        feed_while_kombu_retries()
 
     def init(sender=None, instance=None, **_):
         # Before the worker builds its consumer: the smoke queue gets a consumer step of its own.
