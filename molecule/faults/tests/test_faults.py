@@ -228,8 +228,8 @@ def test_status_tells_a_backlog_nobody_consumes_and_how_long_its_oldest_message_
 
 
 @contextlib.contextmanager
-def a_long_task_on_one_instance(prefix: str, dropin: str = ""):
-    """One 12-s task (sent as `prefix`) running on worker-trixie's shop-worker@1, the only instance left consuming
+def a_long_task_on_one_instance(prefix: str, dropin: str = "", seconds: int = 12):
+    """One task of `seconds` (sent as `prefix`) running on worker-trixie's shop-worker@1, the only instance left consuming
     while the block runs; its id. `dropin`: [Service] lines for that instance, in force from then on (a new
     environment from its next start), removed with a restart afterwards. The other instances start again afterwards."""
     trixie, bookworm, web = host(TRIXIE), host(BOOKWORM), host(WEB)
@@ -241,7 +241,7 @@ def a_long_task_on_one_instance(prefix: str, dropin: str = ""):
         if dropin:
             trixie.check_output(f"mkdir -p {conf.rsplit('/', 1)[0]} && printf '[Service]\\n{dropin}' > {conf}"
                                 " && systemctl daemon-reload")
-        task_id = web.check_output(f"/usr/local/sbin/shop-task --sleep {prefix} 12 1").splitlines()[-1]
+        task_id = web.check_output(f"/usr/local/sbin/shop-task --sleep {prefix} {seconds} 1").splitlines()[-1]
         wait_for("the agent recording the long task as running",
                  lambda: trixie.run(f"grep -qs {task_id} {records}/*.json").rc == 0, 60)
         yield task_id
@@ -309,6 +309,27 @@ def test_a_task_still_running_at_the_stop_timeout_is_killed_said_so_and_runs_aga
         assert runs == {"done": 1, "runs": {"2": 1}}, runs
         # A deliberate restart, not a crash: systemd counted none.
         assert trixie.check_output(f"systemctl show -P NRestarts {unit}") == "0"
+
+
+def test_a_stop_that_outlasts_the_watchdog_drains_its_task_and_is_not_killed():
+    # The units' WatchdogSec= is 15 s; the task runs 22 s. While a worker stops, its event loop no longer runs (the
+    # pool waits for the task): the agent feeds the watchdog from a thread until the process exits, and the stop
+    # stays bounded by TimeoutStopSec= (max_task_runtime 30 s). Unfed, systemd SIGABRTs the worker mid-task.
+    trixie = host(TRIXIE)
+    unit = "shop-worker@1.service"
+    since = trixie.check_output("date +%s")
+    with a_long_task_on_one_instance("drain", seconds=22):
+        started = time.monotonic()
+        trixie.check_output(f"systemctl restart {unit}")
+        waited = time.monotonic() - started
+    journal = trixie.check_output(f"journalctl --since @{since} --no-pager -o cat -u {unit}")
+    # Longer than the watchdog: without the feed this stop would have been killed.
+    assert waited > 15, waited
+    assert "Watchdog timeout" not in journal, journal[-3000:]
+    assert trixie.check_output(f"systemctl show -P Result {unit}") == "success"
+    # The task finished in the stopping worker, once; systemd restarted nothing on its own.
+    assert runs_of("drain", 1, tries=40) == {"done": 1, "runs": {"1": 1}}
+    assert trixie.check_output(f"systemctl show -P NRestarts {unit}") == "0"
 
 
 def test_a_readiness_url_that_answers_late_is_waited_for_and_one_that_never_answers_2xx_fails_the_restart():

@@ -192,3 +192,17 @@ def test_every_kombu_retry_in_the_worker_feeds_the_watchdog_a_heartbeat_publish_
     shutdown_checks = []
     patched(lambda: "ok", (OSError,), callback=lambda: shutdown_checks.append(1), max_retries=None)
     assert len(shutdown_checks) == 3 and len(sent) == 6 and calls == [(3, None), (None, None)]
+
+
+def test_a_stopping_worker_feeds_its_watchdog_from_a_thread_until_it_exits(agent, monkeypatch):
+    # The warm shutdown's drain blocks the event loop (the pool's join) for as long as the running task takes.
+    import time
+
+    sent = []
+    monkeypatch.setattr(agent.celery_worker, "notify", sent.append)
+    monkeypatch.delitem(agent.core.STATE, "stop_feeder", raising=False)
+    assert agent.celery_worker.feed_while_stopping({}) is None  # no WatchdogSec=: nothing to feed
+    thread = agent.celery_worker.feed_while_stopping({"WATCHDOG_USEC": "20000"})  # 20 ms: fed every 10 ms
+    assert thread.daemon and agent.celery_worker.feed_while_stopping({"WATCHDOG_USEC": "20000"}) is None  # once
+    time.sleep(0.2)
+    assert sent.count("WATCHDOG=1") >= 5, sent

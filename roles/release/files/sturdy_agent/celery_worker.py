@@ -12,6 +12,7 @@ import datetime
 import inspect
 import os
 import socket
+import threading
 import time
 import types
 
@@ -411,6 +412,28 @@ def waiting_for_broker() -> None:
     notify(f"WATCHDOG=1\nSTATUS=waiting for the broker since {since} (reconnecting)")
 
 
+def feed_while_stopping(environ=None) -> threading.Thread | None:
+    """Feed the watchdog from a thread of its own until the process exits, from the warm (or cold) shutdown on.
+
+    systemd keeps watching a unit's watchdog while it stops, but a stopping worker's event loop no longer runs: its
+    main thread waits in the pool's join for the running tasks to finish. Unfed, a drain longer than WatchdogSec= got
+    the worker SIGABRT mid-task, which is what the warm shutdown exists to avoid. The stop stays bounded by
+    TimeoutStopSec= (longer than the longest task), after which systemd kills it."""
+    environ = os.environ if environ is None else environ
+    usec = int(environ.get("WATCHDOG_USEC") or 0)
+    if not usec or STATE.get("stop_feeder") is not None:
+        return None
+
+    def feed():
+        while True:
+            notify("WATCHDOG=1")
+            time.sleep(usec / 2e6)
+
+    thread = STATE["stop_feeder"] = threading.Thread(target=feed, name="sturdy-watchdog-while-stopping", daemon=True)
+    thread.start()
+    return thread
+
+
 def feed_while_kombu_retries() -> None:
     """kombu retries a lost broker connection inside whatever called it, blocking the worker's event loop for tens of
     seconds: the consumer's reconnect, and a heartbeat or event the loop's timers publish (Connection.ensure ->
@@ -497,6 +520,7 @@ def install() -> None:
 
     def stopping(sig=None, how=None, **_):
         notify(f"STOPPING=1\nSTATUS={how} shutdown ({sig})")
+        feed_while_stopping()
 
     def task_started(task_id=None, task=None, **_):
         record_task_start(task_id, getattr(task, "name", None))
