@@ -46,7 +46,8 @@ _value:
       C(releases) (the live release, a build and its config, to the hosts it is live on),
       C(running) (build to the C(host process) pairs running it), C(queues) (queue name to its depth, oldest
       message, consumers and the host it was read from), C(hosts) (per host the app_status result or
-      C(error)), C(problems) (list of strings) and C(summary) (lines for the console).
+      C(error)), C(maintenance) (each maintenance lock held, its owner, time and message in one line, to the hosts it is
+      held on; not a problem), C(problems) (list of strings) and C(summary) (lines for the console).
   type: dict
 """
 
@@ -131,6 +132,7 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
     releases: dict[str, list[str]] = {}
     running: dict[str, list[str]] = {}
     queues: dict[str, dict] = {}
+    locks: dict[str, list[str]] = {}
     rows = []
     for host in sorted(results):
         result = results[host] or {}
@@ -141,7 +143,12 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
                             f"{str(why).strip()[:300]}). Next: check that the host is up and reachable, then run the "
                             "status again")
             continue
-        hosts[host] = {k: result.get(k) for k in ("current", "release", "processes", "problems", "systemd_version")}
+        hosts[host] = {k: result.get(k) for k in ("current", "release", "processes", "problems", "systemd_version",
+                                                  "maintenance")}
+        if result.get("maintenance"):
+            held = result["maintenance"]
+            locks.setdefault(f"by {held.get('owner') or 'an unknown owner'} since {held.get('started', '?')}: "
+                             f"\"{held.get('message') or ''}\"", []).append(host)
         problems += result.get("problems") or []
         # Every host with workers reads the same broker: the first answer per queue is kept.
         for q in result.get("queues") or []:
@@ -174,9 +181,12 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
         summary += _queue_rows(queues)
     summary.append("current: " + "; ".join(f"{b} on {', '.join(h)}" for b, h in sorted(releases.items())) if releases
                    else "current: (no host read)")
+    # Not a problem: an operator took it on purpose.
+    summary += [f"MAINTENANCE locked {text} on {', '.join(h)}: deploys, rollbacks and restarts are refused until "
+                "ansible-playbook sturdy.workers.unlock" for text, h in sorted(locks.items())]
     summary += [f"PROBLEM {p}" for p in problems]
     return {"app": app, "time": now, "builds": builds, "releases": releases, "running": running, "queues": queues,
-            "hosts": hosts,
+            "hosts": hosts, "maintenance": locks,
             "problems": problems,
             "summary": summary}
 

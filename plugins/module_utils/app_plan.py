@@ -15,7 +15,7 @@ import posixpath
 import re
 from typing import Any
 
-from ansible_collections.sturdy.workers.plugins.module_utils.names import TASK_RECORDS
+from ansible_collections.sturdy.workers.plugins.module_utils.names import MAINTENANCE_LOCK, TASK_RECORDS
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_delivery import SecretSpecError, layout
 
 APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -63,6 +63,8 @@ def root_paths(root: str) -> dict[str, str]:
         "current": f"{root}/current",
         "previous": f"{root}/previous",
         "lock": f"{root}/.deploy.lock",
+        # Held by an operator (sturdy.workers.lock): every deploy, rollback and restart is refused until it is gone.
+        "maintenance": f"{root}/{MAINTENANCE_LOCK}",
         # Build, result and time of the last deploy (written by the deploy, read by the metrics collector).
         "last_deploy": f"{root}/.last-deploy.json",
         # What the last successful deploy wrote (module_utils/deploy_state.py), root only.

@@ -467,6 +467,12 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
     # The live release (a build and its config: <build>, or <build>~<n> for another config of it).
     live = readlink(f"{(plan.get('secrets') or {}).get('directory') or '/etc/' + plan['app']}/current")
     result["release"] = posixpath.basename(live) if live else None
+    # The maintenance lock (sturdy.workers.lock): who, since when, why; deploys are refused while it is held.
+    try:
+        held = json.loads(read(plan["maintenance"]) or "null") if plan.get("maintenance") else None
+    except ValueError:
+        held = {"message": f"{plan['maintenance']} cannot be read as JSON"}
+    result["maintenance"] = held if isinstance(held, dict) else None
     result["queues"] = []
     if queues and current:
         release = realpath(plan["current"])

@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, sturdy.workers contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One deploy of an app at a time on a host: a lock file created exclusively, with who holds it, since when, from
-which controller process, and when the deploy last showed a sign of life (its lease).
+which controller process, and when the deploy last showed a sign of life (its lease). And the maintenance lock beside
+it: held by an operator, with a message, it refuses every deploy, rollback and restart until it is released.
 
 Whether the deploy holding a lock is alive is judged on the controller (judge()): a lock taken from this controller
 is alive exactly as long as the ansible-playbook process that took it; a lock from another controller is alive while
@@ -15,6 +16,8 @@ import json
 import os
 import threading
 import time
+
+from ansible_collections.sturdy.workers.plugins.module_utils.names import MAINTENANCE_LOCK
 
 
 class LockHeld(Exception):
@@ -160,16 +163,21 @@ def renew(path: str, run_id: str, now: float | None = None) -> bool:
 
 def take(path: str, run_id: str, owner: str = "", build_id: str = "", stale_after: int = 180,
          break_stale: bool = False, check: bool = False, now: float | None = None, controller: dict | None = None,
-         verdict: dict | None = None) -> tuple[bool, dict, str | None]:
+         verdict: dict | None = None, kind: str = "deploy") -> tuple[bool, dict, str | None]:
     """Take the lock for `run_id`: (changed, the holder before, a warning). A lock of the same run is renewed. Raises
-    LockHeld when another run holds it, unless its deploy is dead (`verdict`, judged on the controller; without one,
-    by its lease here) and `break_stale`. In check mode, only tells whether it could be taken."""
+    LockHeld while the maintenance lock is held (naming it; `kind` says what is refused), or when another run holds
+    it, unless its deploy is dead (`verdict`, judged on the controller; without one, by its lease here) and
+    `break_stale`. In check mode, only tells whether it could be taken."""
     now = time.time() if now is None else now
     holder = read(path)
     if holder is not None and holder.get("run_id") == run_id:
         if not check:
             renew(path, run_id, now)
         return False, holder, None
+    # A maintenance lock refuses the next run, not one that holds the deploy lock already.
+    maintenance = read(maintenance_path(path))
+    if maintenance is not None:
+        raise LockHeld(maintenance_refusal(kind, maintenance, now), maintenance)
     warning = None
     if holder is not None:
         verdict = verdict or judge(holder, {}, stale_after, now)
@@ -198,6 +206,68 @@ def take(path: str, run_id: str, owner: str = "", build_id: str = "", stale_afte
         json.dump(content, fh, sort_keys=True)
         fh.write("\n")
     return True, holder or {}, warning
+
+
+def maintenance_path(lock: str) -> str:
+    """The maintenance lock beside the deploy lock `lock`."""
+    return os.path.join(os.path.dirname(lock), MAINTENANCE_LOCK)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s ago"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h ago" if seconds >= 86400 else \
+        f"{seconds // 3600} h {seconds % 3600 // 60} min ago"
+
+
+def describe_maintenance(holder: dict, now: float) -> str:
+    """'locked for maintenance by alice@ci-7 since 2026-12-06T22:40:00+00:00 (12 min 3 s ago): "message"'."""
+    return (f"locked for maintenance by {holder.get('owner') or 'an unknown owner'} since "
+            f"{holder.get('started', '?')} ({_ago(now - float(holder.get('started_epoch') or now))}): "
+            f"\"{holder.get('message') or ''}\"")
+
+
+def maintenance_refusal(kind: str, holder: dict, now: float) -> str:
+    """Why a deploy, rollback or restart is refused while the maintenance lock is held, and what to do."""
+    return (f"{kind.capitalize()} refused: {describe_maintenance(holder, now)}. Nothing was changed. When the "
+            "maintenance is over, release it (ansible-playbook sturdy.workers.unlock) and run this again")
+
+
+def hold_maintenance(path: str, owner: str, message: str, check: bool = False,
+                     now: float | None = None) -> tuple[bool, dict]:
+    """Take the maintenance lock: (changed, the holder before). Held already with the same owner and message: kept
+    as it is. Held by another owner or with another message: LockHeld, naming them (unlock first to replace it)."""
+    now = time.time() if now is None else now
+    holder = read(path)
+    if holder is not None:
+        if (holder.get("owner"), holder.get("message")) == (owner, message):
+            return False, holder
+        raise LockHeld(f"Already {describe_maintenance(holder, now)}. Nothing was changed. To lock with another "
+                       "message, release it first (ansible-playbook sturdy.workers.unlock)", holder)
+    if check:
+        return True, {}
+    content = {"owner": owner, "message": message, "started_epoch": now,
+               "started": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(timespec="seconds")}
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        other = read(path) or {}
+        raise LockHeld(f"Already {describe_maintenance(other, now)} (a moment ago). Nothing was changed",
+                       other) from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        os.fchmod(fd, 0o644)
+        json.dump(content, fh, sort_keys=True)
+        fh.write("\n")
+    return True, {}
+
+
+def release_maintenance(path: str, check: bool = False) -> tuple[bool, dict]:
+    """Remove the maintenance lock: (changed, the holder)."""
+    holder = read(path)
+    if holder is not None and not check:
+        os.unlink(path)
+    return holder is not None, holder or {}
 
 
 def release(path: str, run_id: str, check: bool = False) -> tuple[bool, dict]:

@@ -8,6 +8,9 @@ imports it from there). Standard library only, no imports: it must run in all th
 
 from __future__ import annotations
 
+# Beside the releases (/srv/<app>/): while this file exists, every deploy, rollback and restart is refused (the
+# maintenance lock: sturdy.workers.lock and unlock).
+MAINTENANCE_LOCK = ".maintenance.lock"
 # A release's record file, in a build's directory (/srv/<app>/releases/<build>/) and in a release config's.
 RELEASE_FILE = "RELEASE.json"
 # Each worker instance's own smoke queue: sturdy.smoke.<app>-<process>@<n>.<host>.

@@ -100,6 +100,11 @@ systemd_version:
   description: The host's systemd version.
   returned: always
   type: int
+maintenance:
+  description: The maintenance lock (C(owner), C(message), C(started)) while one is held (P(sturdy.workers.lock#role)),
+    else null.
+  returned: always
+  type: dict
 """
 
 import socket

@@ -17,7 +17,11 @@ description:
     (judged on the controller by P(sturdy.workers.deploy_lock_verdicts#filter)) says, or, without a verdict, as its
     lease here says (no sign of life for O(stale_after) seconds). A dead deploy's lock is taken over only with
     O(break_stale); a live deploy's lock never.
-  - O(state=absent) releases the lock if O(run_id) holds it. O(state=query) only returns the holder.
+  - While the maintenance lock beside O(path) is held (C(.maintenance.lock), P(sturdy.workers.maintenance_lock#module)),
+    O(state=present) fails naming who holds it, since when and their message; a run holding the deploy lock already
+    goes on.
+  - O(state=absent) releases the lock if O(run_id) holds it. O(state=query) only returns the holder, and the
+    maintenance lock's.
   - In check mode, reports whether the lock is free and takes nothing.
 options:
   path:
@@ -54,6 +58,10 @@ options:
     description: This deploy's controller process (P(sturdy.workers.deploy_controller#lookup)), recorded in the lock.
     type: dict
     default: {}
+  kind:
+    description: What the run is (C(deploy), C(rollback), C(restart)), for the message that refuses it.
+    type: str
+    default: deploy
   verdicts:
     description: Run ID to C(alive) and C(why) (P(sturdy.workers.deploy_lock_verdicts#filter)), for the run holding
       the lock.
@@ -87,11 +95,17 @@ holder:
     renewed_epoch, controller), if it existed.
   returned: always
   type: dict
+maintenance:
+  description: With O(state=query), the maintenance lock's content (owner, message, started, started_epoch), empty
+    when it is not held.
+  returned: when state is query
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import LockHeld, read, release, take
+from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import (
+    LockHeld, maintenance_path, read, release, take)
 
 
 def main():
@@ -105,13 +119,15 @@ def main():
             "stale_after": {"type": "int", "default": 180},
             "break_stale": {"type": "bool", "default": False},
             "controller": {"type": "dict", "default": {}},
+            "kind": {"type": "str", "default": "deploy"},
             "verdicts": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
     p = module.params
     if p["state"] == "query":
-        module.exit_json(changed=False, holder=read(p["path"]) or {})
+        module.exit_json(changed=False, holder=read(p["path"]) or {},
+                         maintenance=read(maintenance_path(p["path"])) or {})
     if p["state"] == "absent":
         changed, holder = release(p["path"], p["run_id"], module.check_mode)
         module.exit_json(changed=changed, holder=holder)
@@ -119,7 +135,8 @@ def main():
     try:
         changed, holder, warning = take(p["path"], p["run_id"], p["owner"], p["build_id"], p["stale_after"],
                                         p["break_stale"], module.check_mode, controller=p["controller"],
-                                        verdict=verdict if isinstance(verdict, dict) and "alive" in verdict else None)
+                                        verdict=verdict if isinstance(verdict, dict) and "alive" in verdict else None,
+                                        kind=p["kind"])
     except LockHeld as exc:
         module.fail_json(msg=str(exc), holder=exc.holder)
     if warning:

@@ -145,6 +145,11 @@ lock_holder:
   description: With O(state=query), the deploy lock's holder (run ID, owner, build, lease), empty when it is free.
   returned: always
   type: dict
+maintenance:
+  description: With O(state=query), the maintenance lock's holder (owner, message, started), empty when it is not held
+    (P(sturdy.workers.maintenance_lock#module)).
+  returned: always
+  type: dict
 unlocked:
   description: With O(state=present) and O(unlock), whether this call released the lock.
   returned: always
@@ -219,7 +224,7 @@ def main():
     p = module.params
     where = root_paths(p["root"])
     found = read_record(where["deployed"])
-    out = {"changed": False, "same": False, "why": "", "members": [], "units": {}, "lock_holder": {},
+    out = {"changed": False, "same": False, "why": "", "members": [], "units": {}, "lock_holder": {}, "maintenance": {},
            "unlocked": False, "recorded_build": (found or {}).get("build_id") or ""}
     run = systemctl_runner(module)
     if p["state"] == "present":
@@ -241,6 +246,7 @@ def main():
         module.exit_json(**out)
 
     out["lock_holder"] = read_lock(where["lock"]) or {}
+    out["maintenance"] = read_lock(where["maintenance"]) or {}
     read = members_of(module, run, p["units"] + p["elsewhere"], p["target"])
     # The target's members, as unit_health returns them for the report; the other units asked for are only compared.
     out.update(members=read["members"], units={u: read["units"][u] for u in read["members"]})

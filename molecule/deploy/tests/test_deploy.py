@@ -352,6 +352,79 @@ def test_a_host_lost_mid_rollout_is_named_the_others_rolled_back_and_unlocked_an
         assert current(name) == B5 and not host(name).file("/srv/shop/.deploy.lock").exists
 
 
+def maintenance_locks() -> dict:
+    """Each app host's /srv/shop/.maintenance.lock: its content and mode, or None."""
+    found = {}
+    for name in APPS:
+        lock = host(name).file("/srv/shop/.maintenance.lock")
+        found[name] = (json.loads(lock.content_string), oct(lock.mode)) if lock.exists else None
+    return found
+
+
+def test_a_lock_without_a_one_line_message_is_refused_and_locks_nothing():
+    lock = readme_command("lock")
+    assert lock[-2] == "-e" and lock[-1].startswith("sturdy_lock_message="), lock
+    missing = run_as_readme(lock[:-2])
+    assert missing.returncode != 0 and "sturdy_lock_message" in said(missing), said(missing)[-2000:]
+    blank = run_as_readme([*lock[:-2], "-e", "sturdy_lock_message=' '"])
+    assert blank.returncode != 0 and "is not a message of one line" in said(blank), said(blank)[-2000:]
+    assert "Nothing was changed" in said(blank) and "Traceback" not in said(missing) + said(blank)
+    assert maintenance_locks() == dict.fromkeys(APPS)
+
+
+def test_the_readme_lock_refuses_deploy_rollback_and_restart_with_who_when_why_until_unlock():
+    import getpass
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    message = "Postgres upgrade until 02:00 UTC"
+    lock = readme_command("lock")
+    assert lock[-1] == f'sturdy_lock_message="{message}"', lock
+    before = invocations()
+    taken = run_as_readme(lock)
+    assert taken.returncode == 0, said(taken)[-3000:]
+    owner = f"{getpass.getuser()}@{socket.gethostname()}"
+    locked_on = re.search(r"shop is locked for maintenance on (.*?) by (\S+): \"(.*?)\"", said(taken))
+    assert locked_on and sorted(locked_on[1].split(", ")) == sorted(APPS), said(taken)[-2000:]
+    assert (locked_on[2], locked_on[3]) == (owner, message)
+    held = maintenance_locks()
+    for name in APPS:
+        content, mode = held[name]
+        assert (content["owner"], content["message"], mode) == (owner, message, "0o644"), held[name]
+    since = held[APPS[0]][0]["started"]
+    try:
+        # Locking again with the same message changes nothing; with another, it is refused, naming the holder.
+        assert run_as_readme(lock).returncode == 0 and maintenance_locks() == held
+        other = run_as_readme([*lock[:-2], "-e", "sturdy_lock_message='something else'"])
+        assert other.returncode != 0 and f"is already locked for maintenance by {owner} since {since}" in said(other)
+        assert maintenance_locks() == held
+        # Deploy, rollback and restart, started together: each refused before any change, naming who, when and why.
+        with ThreadPoolExecutor(3) as pool:
+            runs = dict(zip(("Deploy", "Rollback", "Restart"), pool.map(run_as_readme, [
+                readme_command("deploy", build=B5), readme_command("rollback"), readme_command("restart")])))
+        for kind, result in runs.items():
+            text = said(result)
+            assert result.returncode != 0, text[-3000:]
+            assert f'{kind} of shop refused: locked for maintenance by {owner} since {since}: "{message}"' in text, \
+                text[-3000:]
+            assert "Nothing was changed" in text and "ansible-playbook sturdy.workers.unlock" in text
+        assert invocations() == before
+        assert all(current(name) == B5 and not host(name).file("/srv/shop/.deploy.lock").exists for name in APPS)
+        # Status shows it, once for all the hosts, and it is no problem.
+        shown, rep = status()
+        assert shown.returncode == 0, said(shown)[-3000:]
+        assert rep["maintenance"] == {f'by {owner} since {since}: "{message}"': sorted(APPS)}, rep["maintenance"]
+        assert any(line.startswith(f"MAINTENANCE locked by {owner}") for line in rep["summary"]), rep["summary"]
+    finally:
+        released = run_as_readme(readme_command("unlock"))
+    assert released.returncode == 0, said(released)[-3000:]
+    unlocked_on = re.search(r"Unlocked shop on (.*?): it was locked for maintenance by (\S+) ", said(released))
+    assert unlocked_on and sorted(unlocked_on[1].split(", ")) == sorted(APPS) and unlocked_on[2] == owner, \
+        said(released)[-2000:]
+    assert maintenance_locks() == dict.fromkeys(APPS)
+    # The README restart below runs again.
+
+
 def test_readme_restart_restarts_every_instance_on_every_host_and_proves_the_build():
     # Exactly as the README writes it: no build ID given, every host's current build is what the smoke job expects.
     before = invocations()

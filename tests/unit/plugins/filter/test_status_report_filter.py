@@ -116,3 +116,17 @@ def test_the_live_release_is_named_per_host_with_its_config():
     assert rep["summary"][-1] == "current: b2 on w2; b2~2 on w1"
     # One build, two configs: no build skew.
     assert rep["problems"] == []
+
+
+def test_a_maintenance_lock_is_shown_once_for_its_hosts_and_is_no_problem():
+    held = {"owner": "alice@ci-7", "started": "2026-12-06T22:40:00+00:00", "message": "Postgres upgrade"}
+    rep = status_report({"w1": dict(host("b2", ("worker", [inst("shop-worker@1.service", "b2")])), maintenance=held),
+                         "web": dict(host("b2", ("web", [inst("shop-web@1.service", "b2")])), maintenance=held),
+                         "w2": dict(host("b2", ("worker", [inst("shop-worker@1.service", "b2")])), maintenance=None)},
+                        "shop", 0.0)
+    assert rep["problems"] == [] and rep["summary"][0].endswith("OK, no problems")
+    text = 'by alice@ci-7 since 2026-12-06T22:40:00+00:00: "Postgres upgrade"'
+    assert rep["maintenance"] == {text: ["w1", "web"]} and rep["hosts"]["w1"]["maintenance"] == held
+    assert [line for line in rep["summary"] if line.startswith("MAINTENANCE")] == [
+        f"MAINTENANCE locked {text} on w1, web: deploys, rollbacks and restarts are refused until ansible-playbook "
+        "sturdy.workers.unlock"]

@@ -118,3 +118,42 @@ def test_the_lease_is_renewed_while_a_long_step_runs(tmp_path):
         import time  # pylint: disable=import-outside-toplevel
         time.sleep(0.3)
     assert read(path)["renewed_epoch"] > 1000.0
+
+
+def test_the_maintenance_lock_refuses_the_next_run_but_not_the_one_holding_the_deploy_lock(tmp_path):
+    from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import (
+        hold_maintenance, maintenance_path, release_maintenance)
+
+    lock = str(tmp_path / ".deploy.lock")
+    take(lock, "running-deploy", now=NOW)
+    maintenance = maintenance_path(lock)
+    assert hold_maintenance(maintenance, "alice@ci-7", "Postgres upgrade until 02:00", now=NOW) == (True, {})
+    assert oct(__import__("os").stat(maintenance).st_mode & 0o777) == "0o644"
+    # The run that holds the deploy lock goes on; the next one is refused with who, when and why.
+    assert take(lock, "running-deploy", now=NOW + 60)[0] is False
+    release(lock, "running-deploy")
+    with pytest.raises(LockHeld) as refused:
+        take(lock, "next", "bob@ci", now=NOW + 3700, kind="rollback")
+    assert str(refused.value) == (
+        'Rollback refused: locked for maintenance by alice@ci-7 since 2027-01-15T08:00:00+00:00 (1 h 1 min ago): '
+        '"Postgres upgrade until 02:00". Nothing was changed. When the maintenance is over, release it '
+        '(ansible-playbook sturdy.workers.unlock) and run this again')
+    assert read(lock) is None
+    # The same owner and message again: kept. Someone else, or another message: refused, naming the holder.
+    assert hold_maintenance(maintenance, "alice@ci-7", "Postgres upgrade until 02:00", now=NOW + 5)[0] is False
+    with pytest.raises(LockHeld, match="Already locked for maintenance by alice@ci-7 since"):
+        hold_maintenance(maintenance, "bob@ci", "other", now=NOW + 5)
+    assert json.loads(open(maintenance).read())["message"] == "Postgres upgrade until 02:00"
+    changed, holder = release_maintenance(maintenance)
+    assert changed and holder["owner"] == "alice@ci-7" and read(maintenance) is None
+    assert release_maintenance(maintenance) == (False, {})
+    assert take(lock, "next", now=NOW + 3800)[0] is True
+
+
+def test_check_mode_holds_and_releases_nothing(tmp_path):
+    from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import hold_maintenance, release_maintenance
+
+    path = str(tmp_path / ".maintenance.lock")
+    assert hold_maintenance(path, "a", "m", check=True, now=NOW) == (True, {}) and read(path) is None
+    hold_maintenance(path, "a", "m", now=NOW)
+    assert release_maintenance(path, check=True)[0] is True and read(path) is not None

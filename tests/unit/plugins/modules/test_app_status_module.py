@@ -34,3 +34,16 @@ def test_reads_units_and_journal_and_changes_nothing(run_module):
 def test_a_plan_from_elsewhere_is_refused(run_module):
     result, dummy = run_module(app_status, {"plan": {"app": "shop"}})
     assert result["failed"] and "pass the output of the sturdy.workers.app_plan filter" in result["msg"]
+
+
+def test_the_maintenance_lock_is_read_and_null_without_one(run_module, tmp_path):
+    planned = plan("shop", root=str(tmp_path), processes=[{"name": "worker", "command": ["bin/shop-worker"]}])
+    answers = [(["/usr/bin/systemctl", "--version"], (0, "systemd 257 (257.13)\n", "")),
+               (["/usr/bin/systemctl", "list-units"], (0, "", "")),
+               (["/usr/bin/systemctl", "show"], (0, SHOW, "")),
+               (["/usr/bin/systemctl", "--no-pager", "-o", "json"], (1, "", ""))]
+    result, dummy = run_module(app_status, {"plan": planned}, answers, bin_path="/usr/bin/systemctl")
+    assert result["maintenance"] is None
+    (tmp_path / ".maintenance.lock").write_text(json.dumps({"owner": "alice@ci-7", "message": "Postgres upgrade"}))
+    result, dummy = run_module(app_status, {"plan": planned}, answers, bin_path="/usr/bin/systemctl")
+    assert result["maintenance"] == {"owner": "alice@ci-7", "message": "Postgres upgrade"}
