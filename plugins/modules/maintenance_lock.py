@@ -35,6 +35,10 @@ options:
     description: With O(state=present), why and until when, in one line; shown to every run it refuses.
     type: str
     default: ""
+  started:
+    description: With O(state=present), when the lock is taken (UNIX time), the same on every host of a run; empty
+      means now.
+    type: float
 attributes:
   check_mode:
     support: full
@@ -61,6 +65,10 @@ holder:
   description: The lock's content before this call (owner, message, started, started_epoch), empty if it was not held.
   returned: always
   type: dict
+directory:
+  description: Whether the directory of O(path) (the app's root) exists on the host; the lock is written only there.
+  returned: always
+  type: bool
 text:
   description: The holder in one line (who, since when, how long ago, the message), empty if it was not held.
   returned: always
@@ -68,6 +76,7 @@ text:
   sample: 'locked for maintenance by alice@ci-7 since 2026-12-06T22:40:00+00:00 (12 min 3 s ago): "Postgres upgrade"'
 """
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -83,6 +92,7 @@ def main():
             "state": {"type": "str", "choices": ["present", "absent", "query"], "default": "present"},
             "owner": {"type": "str", "default": ""},
             "reason": {"type": "str", "default": ""},
+            "started": {"type": "float"},
         },
         required_if=[("state", "present", ("reason",))],
         supports_check_mode=True,
@@ -95,11 +105,15 @@ def main():
     else:
         if not p["reason"].strip() or "\n" in p["reason"]:
             module.fail_json(msg="reason must be one line saying why and until when. Nothing was changed")
+        if not os.path.isdir(os.path.dirname(p["path"])):
+            module.fail_json(msg=f"{os.path.dirname(p['path'])} does not exist: the app was never deployed on this "
+                                 "host. Leave it out of the play (--limit) or deploy it first. Nothing was changed")
         try:
-            changed, holder = hold_maintenance(p["path"], p["owner"], p["reason"], module.check_mode)
+            changed, holder = hold_maintenance(p["path"], p["owner"], p["reason"], module.check_mode, p["started"])
         except LockHeld as exc:
             module.fail_json(msg=str(exc), holder=exc.holder)
-    module.exit_json(changed=changed, holder=holder, text=describe_maintenance(holder, time.time()) if holder else "")
+    module.exit_json(changed=changed, holder=holder, directory=os.path.isdir(os.path.dirname(p["path"])),
+                     text=describe_maintenance(holder, time.time()) if holder else "")
 
 
 if __name__ == "__main__":

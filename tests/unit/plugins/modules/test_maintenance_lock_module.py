@@ -28,3 +28,15 @@ def test_an_empty_or_multiline_message_is_refused_and_nothing_is_written(run_mod
     for message in ("", "  ", "two\nlines"):
         result, dummy = run_module(maintenance_lock, {"path": path, "owner": "a", "reason": message})
         assert result["failed"] and not (tmp_path / ".maintenance.lock").exists(), result
+
+
+def test_one_time_for_every_host_and_a_host_without_the_app_is_refused(run_module, tmp_path):
+    path = tmp_path / "shop" / ".maintenance.lock"
+    args = {"path": str(path), "owner": "a", "reason": "r", "started": 1_800_000_000.0}
+    result, dummy = run_module(maintenance_lock, args)
+    assert result["failed"] and "does not exist: the app was never deployed on this host" in result["msg"]
+    seen, dummy = run_module(maintenance_lock, {"path": str(path), "state": "query"})
+    assert seen["directory"] is False and seen["holder"] == {}
+    path.parent.mkdir()
+    result, dummy = run_module(maintenance_lock, args)
+    assert result["changed"] and __import__("json").loads(path.read_text())["started"] == "2027-01-15T08:00:00+00:00"
