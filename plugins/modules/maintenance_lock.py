@@ -28,7 +28,7 @@ options:
     choices: [present, absent, query]
     default: present
   owner:
-    description: Who holds it (user@controller, or AWX's user), recorded in the lock.
+    description: Who holds it (C(user@controller), or AWX's user), recorded in the lock.
     type: str
     default: ""
   reason:
