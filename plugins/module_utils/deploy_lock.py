@@ -253,6 +253,8 @@ def hold_maintenance(path: str, owner: str, message: str, check: bool = False,
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         other = read(path) or {}
+        if (other.get("owner"), other.get("message")) == (owner, message):
+            return False, other
         raise LockHeld(f"Already {describe_maintenance(other, now)} (a moment ago). Nothing was changed",
                        other) from None
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
