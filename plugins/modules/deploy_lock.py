@@ -9,6 +9,8 @@ module: deploy_lock
 short_description: One deploy of an app at a time on a host
 version_added: 0.1.0
 author: sturdy.workers contributors (@sturdy-workers)
+extends_documentation_fragment:
+  - sturdy.workers.lock_file
 description:
   - O(state=present) takes the lock file O(path) for the deploy O(run_id), created exclusively (C(O_EXCL)), so of
     two deploys started together exactly one gets it. A lock already held by the same O(run_id) is kept.
@@ -71,13 +73,6 @@ attributes:
   check_mode:
     support: full
     description: Reports whether the lock is free; takes and releases nothing.
-  diff_mode:
-    support: none
-    description: Not a content change.
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX host; the lock is a file beside the app's releases.
 """
 
 EXAMPLES = r"""

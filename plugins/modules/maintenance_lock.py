@@ -9,6 +9,8 @@ module: maintenance_lock
 short_description: Hold or release an app's maintenance lock, which refuses every deploy, rollback and restart
 version_added: 0.4.0
 author: sturdy.workers contributors (@sturdy-workers)
+extends_documentation_fragment:
+  - sturdy.workers.lock_file
 description:
   - O(state=present) creates the lock file O(path) (C(/srv/<app>/.maintenance.lock)) exclusively, with O(owner),
     O(reason) and the time. Held already with the same owner and reason, it is kept as it is; held by another owner
@@ -43,13 +45,6 @@ attributes:
   check_mode:
     support: full
     description: Reports whether the lock would be taken or released; writes nothing.
-  diff_mode:
-    support: none
-    description: Not a content change.
-  platform:
-    support: full
-    platforms: posix
-    description: Any POSIX host; the lock is a file beside the app's releases.
 """
 
 EXAMPLES = r"""

@@ -12,7 +12,7 @@ import pytest
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import agent_package
 
 ROOT = Path(__file__).resolve().parents[3]
-MODULES = ("core", "records", "letters", "celery_worker", "rq_worker", "client", "rq_client", "__main__")
+MODULES = ("core", "records", "letters", "celery_gate", "celery_worker", "rq_worker", "client", "rq_client", "__main__")
 
 
 def forget_agent():

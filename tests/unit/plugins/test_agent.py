@@ -218,7 +218,7 @@ def test_a_message_copied_to_the_dead_letter_queue_is_acknowledged_not_rejected(
         def reject_log_error(self, logger, errors, requeue=False):
             calls.append("reject")
 
-    class Gate(agent.celery_worker.Gate):
+    class Gate(agent.celery_gate.Gate):
         def __init__(self, fail):  # pylint: disable=super-init-not-called
             self.fail, self.log = fail, None
 
@@ -248,18 +248,18 @@ def test_arguments_are_checked_as_celery_checks_them_at_the_producer(agent):
         def __header__(order_id, amount=0):
             return order_id, amount
 
-    assert agent.celery_worker.argument_error(Task, [1], {"amount": 2}) is None
-    assert "argument" in agent.celery_worker.argument_error(Task, [1, 2, 3], {})
-    assert "unexpected keyword" in agent.celery_worker.argument_error(Task, [1], {"coupon": "x"})
+    assert agent.celery_gate.argument_error(Task, [1], {"amount": 2}) is None
+    assert "argument" in agent.celery_gate.argument_error(Task, [1, 2, 3], {})
+    assert "unexpected keyword" in agent.celery_gate.argument_error(Task, [1], {"coupon": "x"})
     Task.typing = False
-    assert agent.celery_worker.argument_error(Task, [1, 2, 3], {}) is None
+    assert agent.celery_gate.argument_error(Task, [1, 2, 3], {}) is None
 
 
 def test_the_rate_is_read_from_the_unit_and_ignored_when_unusable(agent):
-    assert agent.celery_worker.per_instance_rate({"STURDY_RATE_LIMIT": "2.5"}) == 2.5
-    assert agent.celery_worker.per_instance_rate({}) is None
-    assert agent.celery_worker.per_instance_rate({"STURDY_RATE_LIMIT": "fast"}) is None
-    assert agent.celery_worker.per_instance_rate({"STURDY_RATE_LIMIT": "0"}) is None
+    assert agent.celery_gate.per_instance_rate({"STURDY_RATE_LIMIT": "2.5"}) == 2.5
+    assert agent.celery_gate.per_instance_rate({}) is None
+    assert agent.celery_gate.per_instance_rate({"STURDY_RATE_LIMIT": "fast"}) is None
+    assert agent.celery_gate.per_instance_rate({"STURDY_RATE_LIMIT": "0"}) is None
 
 
 def test_a_smoke_job_runs_in_the_pool_with_a_free_slot_and_is_answered_at_once_when_every_slot_is_busy(
