@@ -50,7 +50,8 @@ import re
 
 def rabbitmq_policies(plans, max_deliveries=5):
     # Imported here: ansible loads every filter file to find one filter (tests/unit/plugins/filter/test_filter_imports).
-    from ansible_collections.sturdy.workers.plugins.module_utils.app_status import DEAD_PREFIX, queue_groups
+    from ansible_collections.sturdy.workers.plugins.module_utils.app_status import queue_groups
+    from ansible_collections.sturdy.workers.plugins.module_utils.names import DEAD_PREFIX
 
     found: dict[str, dict] = {}
     for plan in plans or []:

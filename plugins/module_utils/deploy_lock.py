@@ -189,23 +189,30 @@ def take(path: str, run_id: str, owner: str = "", build_id: str = "", stale_afte
             os.unlink(path)
     if check:
         return True, holder or {}, warning
-    content = {
-        "run_id": run_id, "owner": owner, "build_id": build_id, "pid": os.getpid(), "controller": controller or {},
-        "started": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(timespec="seconds"),
-        "started_epoch": now, "renewed_epoch": now,
-    }
+    content = {"run_id": run_id, "owner": owner, "build_id": build_id, "pid": os.getpid(),
+               "controller": controller or {}, "renewed_epoch": now}
     os.makedirs(os.path.dirname(path) or "/", 0o755, exist_ok=True)
+    if not _create(path, content, now):
+        # Another deploy took it between our read and now.
+        other = read(path) or {}
+        raise LockHeld(describe(path, other, {"alive": True, "why": "it took the lock a moment ago"}, now), other)
+    return True, holder or {}, warning
+
+
+def _create(path: str, content: dict, now: float) -> bool:
+    """Write a lock file that does not exist yet (O_EXCL: of two writers exactly one succeeds), stamped with `now`;
+    False when it exists already."""
+    content = {**content, "started_epoch": now,
+               "started": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(timespec="seconds")}
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        # Another deploy took it between our read and now.
-        other = read(path) or {}
-        raise LockHeld(describe(path, other, {"alive": True, "why": "it took the lock a moment ago"}, now),
-                       other) from None
+        return False
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        os.fchmod(fd, 0o644)
         json.dump(content, fh, sort_keys=True)
         fh.write("\n")
-    return True, holder or {}, warning
+    return True
 
 
 def maintenance_path(lock: str) -> str:
@@ -240,28 +247,14 @@ def hold_maintenance(path: str, owner: str, message: str, check: bool = False,
     as it is. Held by another owner or with another message: LockHeld, naming them (unlock first to replace it)."""
     now = time.time() if now is None else now
     holder = read(path)
-    if holder is not None:
-        if (holder.get("owner"), holder.get("message")) == (owner, message):
-            return False, holder
-        raise LockHeld(f"Already {describe_maintenance(holder, now)}. Nothing was changed. To lock with another "
-                       "message, release it first (ansible-playbook sturdy.workers.unlock)", holder)
-    if check:
+    if holder is None and (check or _create(path, {"owner": owner, "message": message}, now)):
         return True, {}
-    content = {"owner": owner, "message": message, "started_epoch": now,
-               "started": datetime.datetime.fromtimestamp(now, datetime.timezone.utc).isoformat(timespec="seconds")}
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        other = read(path) or {}
-        if (other.get("owner"), other.get("message")) == (owner, message):
-            return False, other
-        raise LockHeld(f"Already {describe_maintenance(other, now)} (a moment ago). Nothing was changed",
-                       other) from None
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        os.fchmod(fd, 0o644)
-        json.dump(content, fh, sort_keys=True)
-        fh.write("\n")
-    return True, {}
+    # Held, or created by another run a moment ago.
+    holder = holder or read(path) or {}
+    if (holder.get("owner"), holder.get("message")) == (owner, message):
+        return False, holder
+    raise LockHeld(f"Already {describe_maintenance(holder, now)}. Nothing was changed. To lock with another "
+                   "message, release it first (ansible-playbook sturdy.workers.unlock)", holder)
 
 
 def release_maintenance(path: str, check: bool = False) -> tuple[bool, dict]:

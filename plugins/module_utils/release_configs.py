@@ -35,7 +35,6 @@ from ansible_collections.sturdy.workers.plugins.module_utils.names import RELEAS
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import Layout
 
 FORMAT = 1
-RECORD_FILE = RELEASE_FILE
 UNITS_DIR = "units"
 # In a generation's directory, root-only: a digest of the values (to reuse a generation for the same values) and,
 # last, the mark that the generation is complete.
@@ -121,14 +120,14 @@ def records(layout: ConfigLayout) -> list[dict]:
     found = []
     for name in names:
         if NAME.match(name):
-            data = read_json(f"{layout.release(name)}/{RECORD_FILE}")
+            data = read_json(f"{layout.release(name)}/{RELEASE_FILE}")
             if data and data.get("name") == name:
                 found.append(data)
     return sorted(found, key=lambda r: (r.get("created", ""), r["name"]))
 
 
 def record(layout: ConfigLayout, name: str) -> dict:
-    data = read_json(f"{layout.release(name)}/{RECORD_FILE}")
+    data = read_json(f"{layout.release(name)}/{RELEASE_FILE}")
     if not data:
         raise ConfigError(f"release {name} has no record under {layout.releases}/; deploy it again")
     return data
@@ -256,7 +255,7 @@ def stage(layout: ConfigLayout, name: str, build_id: str, units: dict[str, str],
     if found_build != build_id:
         raise ConfigError(f"release {name} is not a release of build {build_id}")
     final = layout.release(name)
-    if os.path.lexists(final) and read_json(f"{final}/{RECORD_FILE}"):
+    if os.path.lexists(final) and read_json(f"{final}/{RELEASE_FILE}"):
         # Taken here (a live state recorded just now, a host that ran more configs of the build than the others):
         # the next serial of the build on this host.
         serial = max(parse_name(r["name"])[1] for r in records(layout) if r.get("build_id") == build_id) + 1
@@ -278,7 +277,7 @@ def stage(layout: ConfigLayout, name: str, build_id: str, units: dict[str, str],
         replace_file(f"{staging}/{UNITS_DIR}/{unit}", content.encode("utf-8"), 0o644)
     data = {"format": FORMAT, "name": name, "build_id": build_id, "serial": serial, "created": now(),
             "digest": digest, "units": sorted(units), "activated": [], "migrations": [], **config, **meta}
-    write_json(f"{staging}/{RECORD_FILE}", data)
+    write_json(f"{staging}/{RELEASE_FILE}", data)
     os.rename(staging, final)
     return name, True
 
@@ -353,7 +352,7 @@ def annotate(layout: ConfigLayout, name: str, key: str, entry: dict, check: bool
         return False
     if not check:
         rec[key] = [*(rec.get(key) or []), entry]
-        write_json(f"{layout.release(name)}/{RECORD_FILE}", rec)
+        write_json(f"{layout.release(name)}/{RELEASE_FILE}", rec)
     return True
 
 

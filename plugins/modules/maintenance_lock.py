@@ -93,6 +93,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    directory = os.path.isdir(os.path.dirname(p["path"]))
     if p["state"] == "query":
         changed, holder = False, read(p["path"]) or {}
     elif p["state"] == "absent":
@@ -100,14 +101,14 @@ def main():
     else:
         if not p["reason"].strip() or "\n" in p["reason"]:
             module.fail_json(msg="reason must be one line saying why and until when. Nothing was changed")
-        if not os.path.isdir(os.path.dirname(p["path"])):
+        if not directory:
             module.fail_json(msg=f"{os.path.dirname(p['path'])} does not exist: the app was never deployed on this "
                                  "host. Leave it out of the play (--limit) or deploy it first. Nothing was changed")
         try:
             changed, holder = hold_maintenance(p["path"], p["owner"], p["reason"], module.check_mode, p["started"])
         except LockHeld as exc:
             module.fail_json(msg=str(exc), holder=exc.holder)
-    module.exit_json(changed=changed, holder=holder, directory=os.path.isdir(os.path.dirname(p["path"])),
+    module.exit_json(changed=changed, holder=holder, directory=directory,
                      text=describe_maintenance(holder, time.time()) if holder else "")
 
 

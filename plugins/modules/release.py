@@ -280,11 +280,11 @@ def run(module: AnsibleModule, layout: Layout) -> dict:
             # expect it whichever release they run, including one a rollback goes back to that was installed
             # before the agent existed or by an older collection.
             changes, touched = {}, []
-            for name in [r["build_id"] for r in installed(layout)]:
-                if name not in result["removed"]:
-                    found = agent_changes(layout.release(name), p["agent"])
-                    changes.update(found)
-                    touched += [layout.release(name)] if found else []
+            for release in [layout.release(r["build_id"]) for r in installed(layout)
+                            if r["build_id"] not in result["removed"]]:
+                found = agent_changes(release, p["agent"])
+                changes.update(found)
+                touched += [release] if found else []
             result["agent_updated"] = bool(changes)
             result["changed"] = result["changed"] or bool(changes)
             for path, content in changes.items():
