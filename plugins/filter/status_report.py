@@ -47,7 +47,8 @@ _value:
       C(running) (build to the C(host process) pairs running it), C(queues) (queue name to its depth, oldest
       message, consumers and the host it was read from), C(hosts) (per host the app_status result or
       C(error)), C(maintenance) (each maintenance lock held, its owner, time and message in one line, to the hosts it is
-      held on; not a problem), C(problems) (list of strings) and C(summary) (lines for the console).
+      held on; not a problem), C(last_run) (the newest deploy, rollback or restart recorded on the hosts, in one line
+      as P(sturdy.workers.history_lines#filter) words it), C(problems) (list of strings) and C(summary) (lines for the console).
   type: dict
 """
 
@@ -125,6 +126,7 @@ def singleton_problems(hosts: dict) -> list[str]:
 
 def status_report(results: dict, app: str, now: float, queue_age_limit: float = 600) -> dict:
     from ansible_collections.sturdy.workers.plugins.module_utils.app_status import queue_problems
+    from ansible_collections.sturdy.workers.plugins.module_utils.history import describe, merge
 
     hosts: dict = {}
     problems: list[str] = []
@@ -144,7 +146,7 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
                             "status again")
             continue
         hosts[host] = {k: result.get(k) for k in ("current", "release", "processes", "problems", "systemd_version",
-                                                  "maintenance")}
+                                                  "maintenance", "last_run")}
         if result.get("maintenance"):
             held = result["maintenance"]
             locks.setdefault(f"by {held.get('owner') or 'an unknown owner'} since {held.get('started', '?')}: "
@@ -184,9 +186,15 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
     # Not a problem: an operator took it on purpose.
     summary += [f"MAINTENANCE locked {text} on {', '.join(h)}: deploys, rollbacks and restarts are refused until "
                 "ansible-playbook sturdy.workers.unlock" for text, h in sorted(locks.items())]
+    # The newest run any host recorded, merged with the entries of the hosts whose last run it was too.
+    runs = merge({h: [v["last_run"]] for h, v in hosts.items() if v.get("last_run")})
+    last_run = runs[0] if runs else None
+    if last_run:
+        last_run["missing"] = []
+        summary.append("last run: " + describe(last_run) + " (all runs: ansible-playbook sturdy.workers.history)")
     summary += [f"PROBLEM {p}" for p in problems]
     return {"app": app, "time": now, "builds": builds, "releases": releases, "running": running, "queues": queues,
-            "hosts": hosts, "maintenance": locks,
+            "hosts": hosts, "maintenance": locks, "last_run": describe(last_run) if last_run else None,
             "problems": problems,
             "summary": summary}
 

@@ -22,6 +22,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     run_bounded,
     transient_argv,
 )
+from ansible_collections.sturdy.workers.plugins.module_utils.history import read as read_history
 from ansible_collections.sturdy.workers.plugins.module_utils.names import DEAD_PREFIX
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import default_read, parse_show, parse_version
 
@@ -473,6 +474,9 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
     except ValueError:
         held = {"message": f"{plan['maintenance']} cannot be read as JSON"}
     result["maintenance"] = held if isinstance(held, dict) else None
+    # The last run recorded here (a deploy, rollback or restart; module_utils/history.py).
+    last = read_history(plan["history"], 1) if plan.get("history") else []
+    result["last_run"] = last[-1] if last else None
     result["queues"] = []
     if queues and current:
         release = realpath(plan["current"])

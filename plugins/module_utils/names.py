@@ -11,6 +11,9 @@ from __future__ import annotations
 # Beside the releases (/srv/<app>/): while this file exists, every deploy, rollback and restart is refused (the
 # maintenance lock: sturdy.workers.lock and unlock).
 MAINTENANCE_LOCK = ".maintenance.lock"
+# Beside the releases: every deploy, rollback and restart of the app on this host, one JSON line each, appended at
+# its end (sturdy.workers.history prints the fleet's).
+HISTORY = "history.jsonl"
 # A release's record file, in a build's directory (/srv/<app>/releases/<build>/) and in a release config's.
 RELEASE_FILE = "RELEASE.json"
 # Each worker instance's own smoke queue: sturdy.smoke.<app>-<process>@<n>.<host>.

@@ -105,6 +105,11 @@ maintenance:
     else null.
   returned: always
   type: dict
+last_run:
+  description: The last deploy, rollback or restart recorded in the app's history on the host
+    (M(sturdy.workers.run_history)), else null.
+  returned: always
+  type: dict
 """
 
 import socket

@@ -64,6 +64,12 @@ options:
     description: What the run is (C(deploy), C(rollback), C(restart)), for the message that refuses it.
     type: str
     default: deploy
+  history:
+    description:
+      - With O(state=absent), the run's entry for the app's history on this host (C(history.jsonl) beside O(path),
+        P(sturdy.workers.run_history#module)), appended before the lock is released; empty records nothing.
+    type: dict
+    default: {}
   verdicts:
     description: Run ID to C(alive) and C(why) (P(sturdy.workers.deploy_lock_verdicts#filter)), for the run holding
       the lock.
@@ -97,7 +103,12 @@ maintenance:
   type: dict
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sturdy.workers.plugins.module_utils.history import append as append_history
+from ansible_collections.sturdy.workers.plugins.module_utils.names import HISTORY
 
 from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import (
     LockHeld, maintenance_path, read, release, take)
@@ -116,6 +127,7 @@ def main():
             "controller": {"type": "dict", "default": {}},
             "kind": {"type": "str", "default": "deploy"},
             "verdicts": {"type": "dict", "default": {}},
+            "history": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -124,6 +136,7 @@ def main():
         module.exit_json(changed=False, holder=read(p["path"]) or {},
                          maintenance=read(maintenance_path(p["path"])) or {})
     if p["state"] == "absent":
+        append_history(os.path.join(os.path.dirname(p["path"]), HISTORY), p["history"], module.check_mode)
         changed, holder = release(p["path"], p["run_id"], module.check_mode)
         module.exit_json(changed=changed, holder=holder)
     verdict = p["verdicts"].get((read(p["path"]) or {}).get("run_id") or "")

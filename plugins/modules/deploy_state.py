@@ -63,6 +63,14 @@ options:
         after the record is written. RV(unlocked) says whether it was.
     type: str
     default: ""
+  history:
+    description:
+      - With O(state=present), the run's entry for the app's history on this host (C(history.jsonl) under O(root),
+        P(sturdy.workers.run_history#module)) - C(run), C(kind), C(host), C(who), C(awx_user), C(awx_job),
+        C(started), C(from), C(to), C(result), C(summary); C(finished) is the time it is appended. Appended once,
+        before the lock is released. Empty records nothing.
+    type: dict
+    default: {}
   units:
     description: With O(state=query), the instances that must run the build (every instance planned for this host).
     type: list
@@ -183,6 +191,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.deploy_state import
     record,
     write_json,
 )
+from ansible_collections.sturdy.workers.plugins.module_utils.history import append as append_history
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import Layout, ReleaseError, release_state
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import (
     SystemdQueryError,
@@ -218,6 +227,7 @@ def main():
             "finished": {"type": "float"},
             "collect": {"type": "str", "default": ""},
             "unlock": {"type": "str", "default": ""},
+            "history": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -241,6 +251,8 @@ def main():
         if p["target"]:
             read = members_of(module, run, [], p["target"])
             out.update(members=read["members"], units=read["units"])
+        if p["history"]:
+            append_history(where["history"], p["history"], module.check_mode)
         if p["unlock"]:
             out["unlocked"] = release(where["lock"], p["unlock"], module.check_mode)[0] and not module.check_mode
         module.exit_json(**out)

@@ -466,5 +466,41 @@ def test_readme_rollback_goes_back_to_the_previous_build_on_every_host():
     assert not any(host(name).file("/srv/shop/.deploy.lock").exists for name in APPS)
 
 
+def test_readme_history_prints_every_run_merged_newest_first_and_status_the_last():
+    import pwd
+
+    owner = f"{pwd.getpwuid(os.geteuid()).pw_name}@{subprocess.check_output(['hostname'], text=True).strip()}"
+    shown = run_as_readme(readme_command("history"))
+    assert shown.returncode == 0, said(shown)[-3000:]
+    runs = re.findall(r'"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC  .*?)",?$', told(shown), re.M)
+    # Newest first: the rollback and the restart of the two tests before; the runs the lock refused left no line.
+    # (A release is its build, with ~<n> for another config of it.)
+    assert re.match(rf"rollback {B5}(~\d+)? -> {B2}(~\d+)?: success in ", runs[0].split("  ")[1]), runs[:3]
+    assert f"by {owner}, {len(APPS)} host(s) - rollback of shop: done on {len(APPS)} host(s)" in runs[0], runs[0]
+    assert re.match(rf"restart {B5}(~\d+)? -> {B5}(~\d+)?: success in ", runs[1].split("  ")[1]), runs[:3]
+    assert re.match(rf"deploy {B2}(~\d+)? -> {B5}(~\d+)?: success in ", runs[2].split("  ")[1]), runs[:3]
+    # The deploy that lost a host mid-rollout: rolled back where it could be, and the lost host has no record of it.
+    lost = [r for r in runs if f"ONLY on {BOOKWORM}, {WEB} (not on {TRIXIE})" in r]
+    assert lost and ": rolled_back in " in lost[0] and f"deploy shop {B5}: rolled_back" in lost[0], runs
+    # The failed migration: stopped before the switch, on every host.
+    assert any(f"-> {B5}" in r and ": failed in " in r and "stopped before the switch" in r for r in runs), runs
+    # Each host's file: root's, world-readable, one JSON object per line; a run has one ID on every host.
+    rollback_ids = set()
+    for name in APPS:
+        record = host(name).file("/srv/shop/history.jsonl")
+        assert (record.user, oct(record.mode)) == ("root", "0o644"), name
+        assert SECRET not in record.content_string, name
+        entries = [json.loads(line) for line in record.content_string.splitlines()]
+        assert entries[-1]["kind"] == "rollback" and entries[-1]["host"] == name and entries[-1]["who"] == owner
+        assert entries[-1]["finished"] >= entries[-1]["started"] > entries[-2]["finished"] - 1, entries[-2:]
+        rollback_ids.add(entries[-1]["run"])
+    assert len(rollback_ids) == 1, rollback_ids
+    # Status: the newest run, in one line.
+    read, rep = status()
+    assert read.returncode == 0, said(read)[-3000:]
+    assert rep["last_run"] == runs[0].rsplit(" ONLY on", 1)[0], (rep["last_run"], runs[0])
+    assert f"last run: {runs[0]} (all runs: ansible-playbook sturdy.workers.history)" in rep["summary"]
+
+
 def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():
     no_secret_in_the_ansible_log()

@@ -130,3 +130,16 @@ def test_a_maintenance_lock_is_shown_once_for_its_hosts_and_is_no_problem():
     assert [line for line in rep["summary"] if line.startswith("MAINTENANCE")] == [
         f"MAINTENANCE locked {text} on w1, web: deploys, rollbacks and restarts are refused until ansible-playbook "
         "sturdy.workers.unlock"]
+
+
+def test_the_newest_run_recorded_is_shown_once_with_its_hosts():
+    run = {"run": "deploy-2", "kind": "deploy", "who": "alice@ctl", "from": "b1", "to": "b2", "result": "success",
+           "started": 0.0, "finished": 40.0}
+    older = dict(run, run="deploy-1", finished=10.0)
+    rep = status_report({"w1": dict(host("b2"), last_run=dict(run, host="w1")),
+                         "w2": dict(host("b2"), last_run=dict(run, host="w2")),
+                         "w3": dict(host("b1"), last_run=dict(older, host="w3"))}, "shop", 0.0)
+    [line] = [line for line in rep["summary"] if line.startswith("last run: ")]
+    assert line == ("last run: 1970-01-01 00:00:40 UTC  deploy b1 -> b2: success in 40s, by alice@ctl, 2 host(s) "
+                    "(all runs: ansible-playbook sturdy.workers.history)")
+    assert rep["last_run"] == line[len("last run: "):-len(" (all runs: ansible-playbook sturdy.workers.history)")]

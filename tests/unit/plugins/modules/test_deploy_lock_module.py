@@ -47,3 +47,16 @@ def test_a_live_deploys_lock_is_never_taken_over_and_a_dead_ones_only_with_the_f
     assert result["changed"] and json.loads(open(path).read())["controller"] == {"host": "ctl", "pid": 8}
     result, dummy = run_module(deploy_lock, {"path": path, "run_id": "x", "state": "query"})
     assert not result["changed"] and result["holder"]["run_id"] == "r2"
+
+
+def test_releasing_the_lock_appends_the_runs_history_entry_beside_it(run_module, tmp_path):
+    path = str(tmp_path / ".deploy.lock")
+    run_module(deploy_lock, {"path": path, "run_id": "r1", "owner": "me@ci", "kind": "restart"})
+    entry = {"run": "r1", "kind": "restart", "host": "w1", "from": "b2", "to": "b2", "result": "success"}
+    run_module(deploy_lock, {"path": path, "run_id": "r1", "state": "absent", "history": entry,
+                             "_ansible_check_mode": True})
+    assert not (tmp_path / "history.jsonl").exists()
+    result, dummy = run_module(deploy_lock, {"path": path, "run_id": "r1", "state": "absent", "history": entry})
+    assert result["changed"] and not (tmp_path / ".deploy.lock").exists()
+    [line] = (tmp_path / "history.jsonl").read_text().splitlines()
+    assert {k: v for k, v in json.loads(line).items() if k != "finished"} == entry

@@ -110,3 +110,16 @@ def test_the_query_returns_the_lock_holder_and_the_end_of_a_deploy_reads_the_ins
     assert result["unlocked"] is False and (root / ".deploy.lock").exists()
     result, dummy = run_module(deploy_state, {**end, "unlock": "deploy-1"}, systemd())
     assert result["unlocked"] is True and not (root / ".deploy.lock").exists()
+
+
+def test_the_end_of_a_deploy_appends_its_history_entry_once(run_module, tmp_path):
+    root = tmp_path / "srv"
+    root.mkdir()
+    entry = {"run": "deploy-1", "kind": "deploy", "host": "w1", "from": "b1", "to": BUILD, "result": "failed",
+             "summary": "deploy shop: stopped before the switch"}
+    args = {"root": str(root), "build_id": BUILD, "state": "present", "result": "failed", "history": entry}
+    run_module(deploy_state, {**args, "_ansible_check_mode": True})
+    assert not (root / "history.jsonl").exists()
+    run_module(deploy_state, args)
+    [line] = (root / "history.jsonl").read_text().splitlines()
+    assert json.loads(line)["summary"] == entry["summary"] and json.loads(line)["result"] == "failed"
