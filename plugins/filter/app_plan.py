@@ -27,7 +27,8 @@ description:
     command given relative to it). A unit so names the build it was written for, whatever C(current) names.
     C(smoke_processes) lists the smoke-testable ones."
   - "C(executables): every path inside the release that a process type or the migration runs, mapped to the
-    variable that declares it; C(migrate): the migration command resolved against C(release)."
+    variable that declares it; C(migrate): the migration command resolved against C(release); C(run): the one-off
+    command of O(run_command), likewise."
   - "C(agent_digest): the SHA-256 of this collection's worker agent package (P(sturdy.workers.agent#lookup): every
     file of it), which the release role writes into every release's venv. The units of Celery and RQ process types carry it, so a
     collection whose agent differs rewrites them and their instances restart onto the new agent."
@@ -67,6 +68,11 @@ options:
     default: ""
   migrate_command:
     description: The migration's argv (C(sturdy_migrate_command)).
+    type: list
+    elements: str
+    default: []
+  run_command:
+    description: A one-off command's argv (C(sturdy_run_command)), resolved against the release as the migration is.
     type: list
     elements: str
     default: []
@@ -113,7 +119,7 @@ from ansible.errors import AnsibleFilterError
 
 
 def app_plan(app, build_id="", root="", processes=None, secrets=None, delivery="env_file", user="", group="",
-             migrate_command=None, artifact="", base_dir="", secrets_generation=0):
+             migrate_command=None, artifact="", base_dir="", secrets_generation=0, run_command=None):
     from ansible_collections.sturdy.workers.plugins.module_utils.app_plan import AppPlanError, plan
 
     try:
@@ -121,7 +127,7 @@ def app_plan(app, build_id="", root="", processes=None, secrets=None, delivery="
                       secrets=list((secrets or {}).keys()) if isinstance(secrets, dict) else secrets,
                       delivery=delivery, user=user or "", group=group or "", migrate_command=migrate_command or [],
                       artifact=artifact or "", base_dir=base_dir or "",
-                      secrets_generation=int(secrets_generation or 0) or None)
+                      secrets_generation=int(secrets_generation or 0) or None, run_command=run_command or [])
     except (AppPlanError, TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"app_plan: {exc}") from None
     return dict(result, agent_digest=agent_digest())

@@ -133,6 +133,15 @@ def _argv_member(argv: Any, what: str, example: str, current: str) -> str:
         raise AppPlanError(f"{what}[0]: {exc}") from None
 
 
+def _one_off(argv: Any, what: str, example: str, where: dict, release: str) -> dict | None:
+    """A command run once in the release (a migration): the path inside it argv[0] names ("" when absolute outside
+    it) and the argv with that path resolved against `release`; None without a command."""
+    if not argv:
+        return None
+    inside = _argv_member(argv, what, example, where["current"])
+    return {"member": inside, "command": [f"{release}/{inside}" if inside and release else argv[0], *argv[1:]]}
+
+
 _SHARE = re.compile(r"^(\d+)%$")
 
 
@@ -238,6 +247,7 @@ def plan(
     artifact: str = "",
     base_dir: str = "",
     secrets_generation: int | None = None,
+    run_command: list[str] | None = None,
 ) -> dict[str, Any]:
     """Everything derived from an app's declaration.
 
@@ -269,15 +279,9 @@ def plan(
     declared = {str(p.get("name")): (p.get("command") or [""])[0] for p in (processes or [])}
     executables = {p["member"]: f"sturdy_processes[{p['name']}].command[0]={declared[p['name']]}" for p in procs
                    if p["member"]}
-    migrate = None
-    if migrate_command:
-        inside = _argv_member(migrate_command, "sturdy_migrate_command", "[bin/shop-migrate]", where["current"])
-        migrate = {
-            "member": inside,
-            "command": [f"{release}/{inside}" if inside and release else migrate_command[0], *migrate_command[1:]],
-        }
-        if inside:
-            executables.setdefault(inside, f"sturdy_migrate_command[0]={migrate_command[0]}")
+    migrate = _one_off(migrate_command, "sturdy_migrate_command", "[bin/shop-migrate]", where, release)
+    if migrate and migrate["member"]:
+        executables.setdefault(migrate["member"], f"sturdy_migrate_command[0]={migrate_command[0]}")
     if artifact and not os.path.isabs(artifact):
         artifact = os.path.normpath(os.path.join(base_dir or os.getcwd(), artifact))
     metrics_unit = f"sturdy-metrics-{app}"
@@ -312,4 +316,6 @@ def plan(
         "smoke_processes": smoke_processes(procs),
         "executables": executables,
         "migrate": migrate,
+        # A one-off command run in the release (sturdy.workers.run).
+        "run": _one_off(run_command, "sturdy_run_command", "[bin/shop-report, --since, 1d]", where, release),
     }

@@ -502,5 +502,45 @@ def test_readme_history_prints_every_run_merged_newest_first_and_status_the_last
     assert f"last run: {runs[0]} (all runs: ansible-playbook sturdy.workers.history)" in rep["summary"]
 
 
+def test_readme_run_runs_a_command_once_in_the_live_release_as_the_app_with_its_secrets_masked():
+    readme = readme_command("run")
+    assert readme[-2] == "-e" and json.loads(readme[-1])["sturdy_run_command"], readme
+    logs = {name: host(name).file("/var/lib/shop/migrations.log").content_string for name in APPS}
+
+    def run(**extra) -> subprocess.CompletedProcess:
+        return run_as_readme([*readme[:-1], json.dumps(extra)])
+
+    # The app's own migration command, as a one-off: once, on the first host, from the live release (build 2).
+    done = run(sturdy_run_command=["bin/shop-migrate"])
+    assert done.returncode == 0, said(done)[-3000:]
+    assert f"migrate: build {B2}, schema " in said(done) and "migrate: nothing to do" in said(done), said(done)[-3000:]
+    added = {name: host(name).file("/var/lib/shop/migrations.log").content_string[len(logs[name]):] for name in APPS}
+    assert added[BOOKWORM].startswith(f"{B2} ") and added[BOOKWORM].count("\n") == 1, added
+    assert not added[TRIXIE] and not added[WEB], added
+    # On the host named, failing: its exit status is the play's result, its output masked (the app prints its
+    # broker URL and password), the failure names its last line.
+    failed = run(sturdy_run_command=["bin/shop-migrate"], sturdy_run_host=TRIXIE,
+                 sturdy_run_environment={"SHOP_MIGRATION_FAIL": "1"})
+    text = told(failed)
+    assert failed.returncode != 0, text[-3000:]
+    assert (f"bin/shop-migrate exited 1 on {TRIXIE} (release {B2}): migrate: ERROR: migration failed on purpose "
+            "(SHOP_MIGRATION_FAIL=1)") in text, text[-3000:]
+    assert "migrate: connected to ********" in text and "redis://:********@replica:6379/1" in text, text[-3000:]
+    assert SECRET not in failed.stdout + failed.stderr
+    # Bad input: refused before anything runs, naming the variable.
+    for extra, words in (
+            ({"sturdy_run_command": []}, "sturdy_run_command=[]: give the command as a list (argv)"),
+            ({"sturdy_run_command": "bin/shop-migrate"}, 'sturdy_run_command="bin/shop-migrate": give the command as a'),
+            ({"sturdy_run_command": ["bin/shop-migrate --fast"]}, "holds a space: a whole command line in one string"),
+            ({"sturdy_run_command": ["bin/shop-nothing"]}, "sturdy_run_command[0]=bin/shop-nothing is not there on"),
+            ({"sturdy_run_command": ["bin/shop-migrate"], "sturdy_run_host": "nowhere"},
+             "sturdy_run_host=nowhere is not one of this play's hosts")):
+        refused = run(**extra)
+        assert refused.returncode != 0 and words in told(refused) and "Nothing was run." in told(refused), \
+            (extra, told(refused)[-2000:])
+    assert {name: host(name).file("/var/lib/shop/migrations.log").content_string for name in APPS} == {
+        name: logs[name] + added[name] for name in APPS}
+
+
 def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():
     no_secret_in_the_ansible_log()

@@ -145,6 +145,16 @@ def test_migration_resolves_against_the_new_release():
     assert shop(migrate_command=[])["migrate"] is None
 
 
+def test_a_one_off_command_resolves_against_the_release_and_is_no_executable_a_deploy_checks():
+    p = shop(run_command=["bin/shop-report", "--since", "1d"])
+    assert p["run"] == {"member": "bin/shop-report",
+                        "command": ["/srv/shop/releases/2026.11.29-2/bin/shop-report", "--since", "1d"]}
+    assert "bin/shop-report" not in p["executables"] and shop()["run"] is None
+    assert shop(run_command=["/usr/bin/env"])["run"] == {"member": None, "command": ["/usr/bin/env"]}
+    with pytest.raises(AppPlanError, match=r"sturdy_run_command must be a non-empty list of strings"):
+        shop(run_command="bin/shop-report")
+
+
 def test_venv_commands_are_members_too():
     p = shop(processes=[{"name": "worker", "command": ["venv/bin/celery", "-A", "shop", "worker"]}])
     assert p["executables"] == {"venv/bin/celery": "sturdy_processes[worker].command[0]=venv/bin/celery",
