@@ -62,7 +62,8 @@ _value:
       C(differs) (why a host already on the build was deployed in full again), C(release_from) and C(release) (the
       releases, a build with its config), C(rolled_back_to), C(rolled_back_release), C(migrations_since) (the
       migrations a rollback did not undo) and C(instances),
-      each with its smoke answer's build, latency, C(smoke_ran_in),
+      each with its smoke answer's build, latency, C(smoke_ran_in), C(scaled_down) (it ran before and is no longer
+      declared, so it was stopped on purpose),
       C(smoke_busy), C(settings), the worker's reliability settings as it runs them, C(stop_seconds) and
       C(stop_timed_out), whether its stop used the whole C(TimeoutStopSec=)), C(queues) (per Celery
       queue after the deploy, C(depth), C(oldest_age), C(dead_letter_depth), C(consumers), C(rate_limit),
@@ -107,6 +108,10 @@ def _instances(record: dict) -> dict:
             # The stop used its whole TimeoutStopSec=: systemd SIGKILLed the tasks still running.
             "stop_timed_out": bool(_get(restarted, unit, "stop_timed_out")),
             "active": a.get("ActiveState"),
+            # Ran before, no longer a member of the app's target after (the instances of its process type were
+            # lowered, or the process type was removed): stopped on purpose.
+            "scaled_down": (b.get("ActiveState") in ("active", "activating", "reloading") and bool(after)
+                            and unit not in after),
             "smoke_build": _get(s, "answer", "build_id"),
             "smoke_latency": s.get("latency"),
             # "worker": every pool slot was busy, so the main process answered; smoke_busy names what ran there.
@@ -268,6 +273,10 @@ def deploy_report(records, run, plan, finished, rollback=True):
                          "start)")
             elif inst["stop_seconds"]:
                 took += f" (its stop waited {inst['stop_seconds']}s for running tasks)"
+            if inst["scaled_down"]:
+                lines.append(f"  {unit}: stopped (scaled down: no longer declared), NRestarts "
+                             f"{inst['nrestarts_before'] or '-'} before")
+                continue
             how = ("restarted" + took if inst["restarted"] else "started" if inst["started"] else "not restarted")
             lines.append(f"  {unit}: {inst['active'] or 'state unknown'}, {how}, "
                          f"NRestarts {inst['nrestarts_before'] or '-'} -> {inst['nrestarts_after'] or '-'}, {smoke}")

@@ -280,9 +280,14 @@ def test_a_renamed_queue_and_more_instances_that_fail_are_rolled_back_and_the_ol
 def test_a_rollback_to_a_build_two_deploys_back_restores_its_units_declaration_and_secrets():
     assert deploy(B5, sturdy_secrets=secrets(TOKEN_B), sturdy_processes=[worker(instances=3)]).returncode == 0
     assert all(len(instances(name)) == 3 for name in WORKERS)
-    assert deploy(B2, sturdy_secrets=secrets(TOKEN_C), sturdy_processes=[worker(instances=1)]).returncode == 0
+    scaled = deploy(B2, sturdy_secrets=secrets(TOKEN_C), sturdy_processes=[worker(instances=1)])
+    assert scaled.returncode == 0, said(scaled)[-3000:]
     for name in WORKERS:
         assert instances(name) == UNITS[:1] and token_seen(name, UNITS[0]) == sha(TOKEN_C)
+    # The report says what became of the two instances no longer declared, on each host.
+    assert said(scaled).count(f"{UNITS[1]}: stopped (scaled down: no longer declared)") == len(WORKERS), \
+        said(scaled)[-3000:]
+    assert "state unknown" not in said(scaled)
     # A release no host keeps is refused on every host before any changes, naming the kept ones.
     refused = playbook("rollback", "-e", f"sturdy_rollback_to={B3}")
     assert refused.returncode != 0

@@ -29,7 +29,7 @@ def test_success_report_has_builds_phases_restarts_and_latency():
     assert inst == {"nrestarts_before": "3", "nrestarts_after": "0", "restarted": True, "started": False,
                     "restart_seconds": 4.2,
                     "stop_seconds": 3.1, "stop_timed_out": False,
-                    "active": "active", "smoke_build": "2", "smoke_latency": 0.05, "smoke_ran_in": None,
+                    "active": "active", "scaled_down": False, "smoke_build": "2", "smoke_latency": 0.05, "smoke_ran_in": None,
                     "smoke_busy": [], "settings": {}}
     assert rep["hosts"]["h1"]["from"] == "1" and rep["hosts"]["h1"]["to"] == "2"
     assert rep["summary"][0].startswith("deploy shop 2: success in 70.0s")
@@ -138,6 +138,19 @@ def test_a_unit_gone_after_the_deploy_was_not_restarted():
     rec["before"]["shop-worker@3.service"] = {"NRestarts": "0", "InvocationID": "old-surge"}
     rep = deploy_report({"h1": rec}, RUN, PLAN, 1070.0)
     assert rep["hosts"]["h1"]["instances"]["shop-worker@3.service"]["restarted"] is False
+
+
+def test_an_instance_running_before_and_no_longer_declared_is_reported_scaled_down():
+    rec = record()
+    rec["before"]["shop-worker@2.service"] = {"NRestarts": "1", "InvocationID": "x", "ActiveState": "active"}
+    rep = deploy_report({"h1": rec}, RUN, PLAN, 1070.0)
+    assert rep["hosts"]["h1"]["instances"]["shop-worker@2.service"]["scaled_down"] is True
+    assert "  shop-worker@2.service: stopped (scaled down: no longer declared), NRestarts 1 before" in rep["summary"]
+    assert not any("state unknown" in line for line in rep["summary"]), rep["summary"]
+    # Without a read of the instances after the deploy, nothing is said to be stopped.
+    rec["after"] = {}
+    rep = deploy_report({"h1": rec}, RUN, PLAN, 1070.0)
+    assert rep["hosts"]["h1"]["instances"]["shop-worker@2.service"]["scaled_down"] is False
 
 
 def test_an_unchanged_host_says_nothing_was_done_and_a_full_redeploy_says_why():
