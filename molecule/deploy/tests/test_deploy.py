@@ -68,11 +68,60 @@ def test_deploy_2_while_tasks_flow_loses_none_and_every_instance_answers_build_2
     assert task(WEB, "after-2")["build_id"] == B2
 
 
-def test_same_build_again_changes_and_restarts_nothing():
-    # The README's deploy command, as written (its build ID replaced), from an inventory.yml with group_vars.
+class Webhook:
+    """A webhook on the controller: the JSON bodies POSTed to it, in order."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        self.bodies: list[dict] = []
+        hook = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (the stdlib's name)
+                hook.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/T0KEN-1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+def test_same_build_again_changes_and_restarts_nothing_and_notifies_even_when_a_hook_fails():
+    # The README's deploy command, as written (its build ID replaced), from an inventory.yml with group_vars; with
+    # hooks: a webhook that answers, one that does not (nothing listens there), a command given the event on stdin.
     before = invocations()
-    result = run_as_readme(readme_command("deploy", B2))
+    hook, events = Webhook(), EPHEMERAL / "notify-events.jsonl"
+    events.unlink(missing_ok=True)
+    notify = {"webhooks": [hook.url, "http://127.0.0.1:9/hooks/T0KEN-2"],
+              "command": ["sh", "-c", f'cat >> {events} && echo " $STURDY_EVENT" >> {events}']}
+    try:
+        result = run_as_readme([*readme_command("deploy", B2), "-e", json.dumps({"sturdy_deploy_notify": notify})])
+    finally:
+        hook.close()
     assert result.returncode == 0, said(result)[-3000:]
+    # Each hook: once when the run started, once when it ended, with the same run; the failing one is named by its
+    # host, never its URL (the token), and failed nothing.
+    assert [b["event"] for b in hook.bodies] == ["started", "succeeded"], hook.bodies
+    started, ended = hook.bodies
+    assert started["run_id"] == ended["run_id"] == report()["run_id"] and ended["build_id"] == B2
+    assert started["text"].startswith(f"deploy of shop {B2} started by ") and sorted(started["hosts"]) == sorted(APPS)
+    assert ended["text"].startswith(f"deploy shop {B2}: success in ") and ended["report"]["result"] == "success"
+    text = told(result)
+    assert 'Notification "started" failed, the deploy did not: webhook on 127.0.0.1: ' in text, text[-3000:]
+    assert 'Notification "succeeded" failed, the deploy did not: webhook on 127.0.0.1: ' in text, text[-3000:]
+    assert "T0KEN" not in result.stdout + result.stderr
+    lines = events.read_text().splitlines()
+    assert [line.rsplit(" ", 1)[-1] for line in lines] == ["started", "succeeded"], lines
+    assert json.loads(lines[1].rsplit(" ", 1)[0])["run_id"] == ended["run_id"]
     assert set(recaps(result)) == set(APPS)
     assert all(r["changed"] == 0 for r in recaps(result).values()), recaps(result)
     assert invocations() == before
@@ -118,9 +167,16 @@ def test_release_without_the_worker_command_fails_preflight_and_changes_nothing(
 
 
 def test_release_that_crashes_on_start_is_rolled_back():
-    result = deploy(B_CRASH)
+    events = EPHEMERAL / "notify-rolled-back.jsonl"
+    events.unlink(missing_ok=True)
+    result = deploy(B_CRASH, sturdy_deploy_notify={"command": ["sh", "-c", f"cat >> {events}; echo >> {events}"],
+                                                   "events": ["rolled_back"]})
     assert result.returncode != 0
     text = said(result)
+    # The hook heard of the rollback only (its events), with the report, the broker URL masked.
+    [told_of] = [json.loads(line) for line in events.read_text().splitlines()]
+    assert told_of["event"] == "rolled_back" and told_of["report"]["result"] == "rolled_back", told_of
+    assert "did not come up on the new code" in told_of["text"] and SECRET not in events.read_text()
     # The first host's first instance: named, with its log, and the others were never touched.
     assert "shop-worker@1.service did not come up on the new code" in text, text[-4000:]
     assert "broken on purpose (crash-on-start variant), broker ********" in text
