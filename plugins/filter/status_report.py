@@ -47,8 +47,10 @@ _value:
       C(running) (build to the C(host process) pairs running it), C(queues) (queue name to its depth, oldest
       message, consumers and the host it was read from), C(hosts) (per host the app_status result or
       C(error)), C(maintenance) (each maintenance lock held, its owner, time and message in one line, to the hosts it is
-      held on; not a problem), C(last_run) (the newest deploy, rollback or restart recorded on the hosts, in one line
-      as P(sturdy.workers.history_lines#filter) words it), C(problems) (list of strings) and C(summary) (lines for the console).
+      held on; not a problem), C(paused) (each pause held, what it pauses, who, when and why in one line,
+      to its hosts; its queues raise no problem for having no consumer or an old message), C(last_run) (the newest
+      deploy, rollback or restart recorded on the hosts, in one line as P(sturdy.workers.history_lines#filter) words
+      it), C(problems) (list of strings) and C(summary) (lines for the console).
   type: dict
 """
 
@@ -135,6 +137,7 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
     running: dict[str, list[str]] = {}
     queues: dict[str, dict] = {}
     locks: dict[str, list[str]] = {}
+    pauses: dict[str, list[str]] = {}
     rows = []
     for host in sorted(results):
         result = results[host] or {}
@@ -146,7 +149,12 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
                             "status again")
             continue
         hosts[host] = {k: result.get(k) for k in ("current", "release", "processes", "problems", "systemd_version",
-                                                  "maintenance", "last_run")}
+                                                  "maintenance", "last_run", "paused")}
+        if result.get("paused"):
+            held = result["paused"]
+            pauses.setdefault(f"{', '.join(held.get('processes') or []) or 'every worker'} by "
+                              f"{held.get('owner') or 'an unknown owner'} since {held.get('started', '?')}"
+                              + (f": \"{held['message']}\"" if held.get("message") else ""), []).append(host)
         if result.get("maintenance"):
             held = result["maintenance"]
             locks.setdefault(f"by {held.get('owner') or 'an unknown owner'} since {held.get('started', '?')}: "
@@ -192,9 +200,12 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
     if last_run:
         last_run["missing"] = []
         summary.append("last run: " + describe(last_run) + " (all runs: ansible-playbook sturdy.workers.history)")
+    summary += [f"PAUSED {text} on {', '.join(h)}: they take no message, the queues grow on purpose (no problem is "
+                "raised for it); running tasks finished. Next, when it is over: ansible-playbook sturdy.workers.resume"
+                for text, h in sorted(pauses.items())]
     summary += [f"PROBLEM {p}" for p in problems]
     return {"app": app, "time": now, "builds": builds, "releases": releases, "running": running, "queues": queues,
-            "hosts": hosts, "maintenance": locks, "last_run": describe(last_run) if last_run else None,
+            "hosts": hosts, "maintenance": locks, "paused": pauses, "last_run": describe(last_run) if last_run else None,
             "problems": problems,
             "summary": summary}
 

@@ -15,7 +15,7 @@ import posixpath
 import re
 from typing import Any
 
-from ansible_collections.sturdy.workers.plugins.module_utils.names import HISTORY, MAINTENANCE_LOCK, TASK_RECORDS
+from ansible_collections.sturdy.workers.plugins.module_utils.names import HISTORY, MAINTENANCE_LOCK, PAUSED, TASK_RECORDS
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_delivery import SecretSpecError, layout
 
 APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -69,6 +69,8 @@ def root_paths(root: str) -> dict[str, str]:
         "last_deploy": f"{root}/.last-deploy.json",
         # What the last successful deploy wrote (module_utils/deploy_state.py), root only.
         "deployed": f"{root}/.deployed.json",
+        # While it exists, the workers it names take no message (sturdy.workers.pause; module_utils/pause.py).
+        "paused": f"{root}/{PAUSED}",
         # Every run on this host, appended at its end (module_utils/history.py).
         "history": f"{root}/{HISTORY}",
     }

@@ -24,6 +24,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.history import read as read_history
 from ansible_collections.sturdy.workers.plugins.module_utils.names import DEAD_PREFIX
+from ansible_collections.sturdy.workers.plugins.module_utils.pause import read as pause_marker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import default_read, parse_show, parse_version
 
 # systemd's catalog IDs (systemd/sd-messages.h), logged by PID 1 with UNIT= set.
@@ -389,7 +390,10 @@ def queue_problems(queues: list[dict], age_limit: float) -> list[str]:
             continue
         oldest = f", the oldest waiting {duration_words(q['oldest_age'])}" if q.get("oldest_age") is not None else ""
         task = f" ({q['oldest_task']})" if q.get("oldest_task") else ""
-        if depth and not q.get("consumers") and q.get("consumers_error"):
+        if q.get("paused"):
+            # Paused on purpose (sturdy.workers.pause): no consumer and a growing backlog are what was asked for.
+            pass
+        elif depth and not q.get("consumers") and q.get("consumers_error"):
             problems.append(f"queue {name} has {depth} message(s) waiting{oldest}{task}; the workers could not be "
                             f"asked whether they consume it ({q['consumers_error']})")
         elif depth and not q.get("consumers"):
@@ -407,7 +411,8 @@ def queue_problems(queues: list[dict], age_limit: float) -> list[str]:
                             "timed out or whose work horse was killed. Next: rq info and the workers' journal say "
                             f"why; fix the cause, then rq requeue --queue {name} --all (from the release, with "
                             "RQ_REDIS_URL)")
-        if q.get("oldest_age") is not None and q["oldest_age"] > age_limit and q.get("consumers"):
+        if (q.get("oldest_age") is not None and q["oldest_age"] > age_limit and q.get("consumers")
+                and not q.get("paused")):
             waited = (f"queue {name}: the oldest message{task} has waited {duration_words(q['oldest_age'])} "
                       f"(more than {duration_words(age_limit)}) with {depth} waiting and "
                       f"{len(q.get('consumers') or [])} consumer(s)")
@@ -474,6 +479,9 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
     except ValueError:
         held = {"message": f"{plan['maintenance']} cannot be read as JSON"}
     result["maintenance"] = held if isinstance(held, dict) else None
+    # The pause (sturdy.workers.pause): the workers of the process types it names take no message, on purpose.
+    paused = pause_marker(plan["paused"]) if plan.get("paused") else None
+    result["paused"] = paused
     # The last run recorded here (a deploy, rollback or restart; module_utils/history.py).
     last = read_history(plan["history"], 1) if plan.get("history") else []
     result["last_run"] = last[-1] if last else None
@@ -483,5 +491,9 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
         for proc, argv in queue_commands(plan, release, queue_timeout):
             cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
                                  proc.get("environment", {}), argv)
-            result["queues"] += parse_queue_stats(proc, *run_bounded(run, cmd, QUEUE_READ_SECONDS))
+            found = parse_queue_stats(proc, *run_bounded(run, cmd, QUEUE_READ_SECONDS))
+            if paused and (not paused.get("processes") or proc["name"] in paused["processes"]):
+                for q in found:
+                    q["paused"] = True
+            result["queues"] += found
     return result

@@ -29,6 +29,7 @@ HELP = {
     "sturdy_queue_oldest_age_seconds": ("gauge", "How long the oldest waiting message has waited (0 when empty)."),
     "sturdy_queue_dead_letter_depth": ("gauge", "Messages in the queue's dead-letter queue (where the broker has one)."),
     "sturdy_queue_failed_jobs": ("gauge", "Jobs in RQ's failed job registry for the queue (RQ queues)."),
+    "sturdy_queue_paused": ("gauge", "1 while the workers consuming the queue are paused on purpose (sturdy.workers.pause)."),
     "sturdy_queue_read_ok": ("gauge", "1 when the queue could be read through the app's broker connection."),
     "sturdy_queue_age_limit_seconds": ("gauge", "The oldest age over which the queue is a problem "
                                                 "(sturdy_status_queue_age_limit)."),
@@ -103,6 +104,7 @@ def samples(status: dict, plan: dict, counts: dict[str, dict], last_deploy: dict
     for queue in status.get("queues", []):
         labels = {"app": app, "queue": queue.get("queue")}
         out.append(("sturdy_queue_read_ok", labels, not queue.get("error")))
+        out.append(("sturdy_queue_paused", labels, bool(queue.get("paused"))))
         if queue.get("error"):
             continue
         out.append(("sturdy_queue_depth", labels, queue.get("depth") or 0))

@@ -11,6 +11,9 @@ from __future__ import annotations
 # Beside the releases (/srv/<app>/): while this file exists, every deploy, rollback and restart is refused (the
 # maintenance lock: sturdy.workers.lock and unlock).
 MAINTENANCE_LOCK = ".maintenance.lock"
+# Beside the releases (/srv/<app>/): while this file exists, the workers of the process types it names (all when it
+# names none) take no message from their queues (sturdy.workers.pause and resume); their smoke queues stay consumed.
+PAUSED = ".paused"
 # Beside the releases: every deploy, rollback and restart of the app on this host, one JSON line each, appended at
 # its end (sturdy.workers.history prints the fleet's).
 HISTORY = "history.jsonl"

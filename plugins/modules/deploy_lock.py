@@ -101,6 +101,10 @@ maintenance:
     when it is not held.
   returned: when state is query
   type: dict
+paused:
+  description: With O(state=query), the app's pause marker (sturdy.workers.pause), empty when not paused.
+  returned: when state is query
+  type: dict
 """
 
 import os
@@ -108,7 +112,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sturdy.workers.plugins.module_utils.history import append as append_history
-from ansible_collections.sturdy.workers.plugins.module_utils.names import HISTORY
+from ansible_collections.sturdy.workers.plugins.module_utils.names import HISTORY, PAUSED
+from ansible_collections.sturdy.workers.plugins.module_utils.pause import read as read_pause
 
 from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import (
     LockHeld, maintenance_path, read, release, take)
@@ -134,7 +139,8 @@ def main():
     p = module.params
     if p["state"] == "query":
         module.exit_json(changed=False, holder=read(p["path"]) or {},
-                         maintenance=read(maintenance_path(p["path"])) or {})
+                         maintenance=read(maintenance_path(p["path"])) or {},
+                         paused=read_pause(os.path.join(os.path.dirname(p["path"]), PAUSED)) or {})
     if p["state"] == "absent":
         append_history(os.path.join(os.path.dirname(p["path"]), HISTORY), p["history"], module.check_mode)
         changed, holder = release(p["path"], p["run_id"], module.check_mode)

@@ -144,6 +144,10 @@ current:
   returned: with O(state=query)
   type: str
   sample: 2026.12.03-1
+paused:
+  description: With O(state=query), the app's pause marker (P(sturdy.workers.pause#role)), empty when not paused.
+  returned: with O(state=query)
+  type: dict
 why:
   description: With O(state=query), the first difference found (empty when RV(same)).
   returned: always
@@ -192,6 +196,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.deploy_state import
     write_json,
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.history import append as append_history
+from ansible_collections.sturdy.workers.plugins.module_utils.pause import read as read_pause
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import Layout, ReleaseError, release_state
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import (
     SystemdQueryError,
@@ -235,6 +240,7 @@ def main():
     where = root_paths(p["root"])
     found = read_record(where["deployed"])
     out = {"changed": False, "same": False, "why": "", "members": [], "units": {}, "lock_holder": {}, "maintenance": {},
+           "paused": {},
            "unlocked": False, "recorded_build": (found or {}).get("build_id") or ""}
     run = systemctl_runner(module)
     if p["state"] == "present":
@@ -259,6 +265,7 @@ def main():
 
     out["lock_holder"] = read_lock(where["lock"]) or {}
     out["maintenance"] = read_lock(where["maintenance"]) or {}
+    out["paused"] = read_pause(where["paused"]) or {}
     read = members_of(module, run, p["units"] + p["elsewhere"], p["target"])
     # The target's members, as unit_health returns them for the report; the other units asked for are only compared.
     out.update(members=read["members"], units={u: read["units"][u] for u in read["members"]})

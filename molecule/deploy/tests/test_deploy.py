@@ -488,6 +488,55 @@ def test_the_readme_lock_refuses_deploy_rollback_and_restart_with_who_when_why_u
     # The README restart below runs again.
 
 
+def status_texts() -> dict[str, str]:
+    return {f"{name} {unit}": host(name).check_output(f"systemctl show -P StatusText {unit}")
+            for name in WORKERS for unit in WORKER_UNITS}
+
+
+def test_readme_pause_stops_the_workers_taking_messages_through_a_deploy_and_resume_proves_every_queue():
+    import pwd
+
+    owner = f"{pwd.getpwuid(os.geteuid()).pw_name}@{subprocess.check_output(['hostname'], text=True).strip()}"
+    paused = run_as_readme(readme_command("pause"))
+    assert paused.returncode == 0, said(paused)[-3000:]
+    assert f"shop is PAUSED on {', '.join(APPS)} by {owner}" in told(paused), told(paused)[-2000:]
+    # Every instance says so, and is still up.
+    texts = status_texts()
+    assert all(t.startswith(f"paused by {owner} since ") and "taking no message from default" in t
+               for t in texts.values()), texts
+    assert all(host(name).run(f"systemctl is-active {unit}").rc == 0 for name in WORKERS for unit in WORKER_UNITS)
+    # A task sent now waits; status says PAUSED and raises no problem for the queue nobody consumes.
+    host(WEB).check_output("/usr/local/sbin/shop-task --send shopdemo.record paused-while-waiting")
+    shown, rep = status()
+    assert rep["queues"]["default"]["depth"] >= 1 and not rep["queues"]["default"]["consumers"], rep["queues"]
+    assert rep["problems"] == [], rep["problems"]
+    assert any(line.startswith(f"PAUSED every worker by {owner}") for line in rep["summary"]), rep["summary"]
+    # An instance restarted by systemd (a crash) starts paused.
+    bookworm = host(BOOKWORM)
+    bookworm.check_output(f"systemctl restart {WORKER_UNITS[0]}")
+    wait_for("the restarted instance paused", lambda: bookworm.check_output(
+        f"systemctl show -P StatusText {WORKER_UNITS[0]}").startswith("paused by "), 60)
+    # A deploy during the pause (in full, every instance restarted) keeps the fleet paused: each instance proven by
+    # its own smoke job, no job through the real queues, and it says so.
+    before = invocations()
+    redeployed = deploy(B5, sturdy_deploy_force=True)
+    assert redeployed.returncode == 0, said(redeployed)[-3000:]
+    assert all(before[k] != v for k, v in invocations().items())
+    assert "PAUSED: the app's workers take no message (paused by" in said(redeployed), said(redeployed)[-3000:]
+    assert report()["queues"]["default"].get("smoke") is None, report()["queues"]
+    assert all(t.startswith("paused by ") for t in status_texts().values()), status_texts()
+    assert status()[1]["queues"]["default"]["depth"] >= 1
+    # Resume: every instance consumes again, a job through the real queue is answered with the live build, and the
+    # task that waited runs.
+    resumed = run_as_readme(readme_command("resume"))
+    assert resumed.returncode == 0, said(resumed)[-3000:]
+    assert f"shop consumes again on {', '.join(APPS)}" in told(resumed), told(resumed)[-2000:]
+    assert all(t.startswith("consuming (") for t in status_texts().values()), status_texts()
+    assert task(WEB, "after-resume")["build_id"] == B5
+    wait_for("the task sent while paused ran", lambda: status()[1]["queues"]["default"]["depth"] == 0, 60)
+    assert not any(host(name).file("/srv/shop/.paused").exists for name in APPS)
+
+
 def test_readme_restart_restarts_every_instance_on_every_host_and_proves_the_build():
     # Exactly as the README writes it: no build ID given, every host's current build is what the smoke job expects.
     before = invocations()
@@ -536,7 +585,9 @@ def test_readme_history_prints_every_run_merged_newest_first_and_status_the_last
     assert re.match(rf"rollback {B5}(~\d+)? -> {B2}(~\d+)?: success in ", runs[0].split("  ")[1]), runs[:3]
     assert f"by {owner}, {len(APPS)} host(s) - rollback of shop: done on {len(APPS)} host(s)" in runs[0], runs[0]
     assert re.match(rf"restart {B5}(~\d+)? -> {B5}(~\d+)?: success in ", runs[1].split("  ")[1]), runs[:3]
-    assert re.match(rf"deploy {B2}(~\d+)? -> {B5}(~\d+)?: success in ", runs[2].split("  ")[1]), runs[:3]
+    # The deploy during the pause, then the one that finished the lost host's.
+    assert re.match(rf"deploy {B5}(~\d+)? -> {B5}(~\d+)?: success in ", runs[2].split("  ")[1]), runs[:4]
+    assert re.match(rf"deploy {B2}(~\d+)? -> {B5}(~\d+)?: success in ", runs[3].split("  ")[1]), runs[:4]
     # The deploy that lost a host mid-rollout: rolled back where it could be, and the lost host has no record of it.
     lost = [r for r in runs if f"ONLY on {BOOKWORM}, {WEB} (not on {TRIXIE})" in r]
     assert lost and ": rolled_back in " in lost[0] and f"deploy shop {B5}: rolled_back" in lost[0], runs
@@ -563,6 +614,7 @@ def test_readme_history_prints_every_run_merged_newest_first_and_status_the_last
 def test_readme_run_runs_a_command_once_in_the_live_release_as_the_app_with_its_secrets_masked():
     readme = readme_command("run")
     assert readme[-2] == "-e" and json.loads(readme[-1])["sturdy_run_command"], readme
+
     def logs_now() -> dict:
         found = {name: host(name).file("/var/lib/shop/migrations.log") for name in APPS}
         return {name: log.content_string if log.exists else "" for name, log in found.items()}

@@ -40,6 +40,30 @@ def test_build_1_each_instance_is_ready_once_it_listens_and_answered_its_smoke_j
     assert smoke["ok"] and smoke["answer"]["build_id"] == B1, smoke
 
 
+def test_paused_rq_workers_leave_the_jobs_queued_still_answer_their_smoke_jobs_and_resume_runs_them():
+    succeeded(playbook("-e", "sturdy_deploy_hosts=apps", "-e", "sturdy_pause_message='moving the scales'",
+                       "sturdy.workers.pause"))
+    for name in HOSTS:
+        for unit in UNITS:
+            text = host(name).check_output(f"systemctl show -P StatusText {unit}")
+            assert text.startswith("paused by ") and "taking no message from parcel.scales" in text, (name, text)
+    in_release("rq-bookworm", "venv/bin/parcel-send paused 4")
+    # Paused, each instance still takes the job of its own smoke queue (what a deploy or a restart proves it by).
+    succeeded(playbook("-e", f"smoke_build={B1}", str(SCENARIO_DIR / "smoke.yml")))
+    for name in HOSTS:
+        assert all(a["ok"] for a in json.loads((EPHEMERAL / f"smoke-{name}.json").read_text()))
+    assert redis("llen", "'rq:queue:parcel.scales'") == "4"
+    assert redis("hexists", "parcel:weighed", "paused-1") == "0"
+    resumed = succeeded(playbook("-e", "sturdy_deploy_hosts=apps", "sturdy.workers.resume"))
+    assert "consumes again on" in said(resumed), said(resumed)[-2000:]
+    for name in HOSTS:
+        for n, unit in enumerate(UNITS, 1):
+            assert host(name).check_output(f"systemctl show -P StatusText {unit}") == \
+                f"listening on sturdy.smoke.parcel-worker@{n}.{name}, parcel.scales"
+    wait_for("the four jobs sent while paused weighed", lambda: all(
+        redis("hexists", "parcel:weighed", f"paused-{n}") == "1" for n in range(1, 5)), 60)
+
+
 def test_a_busy_instance_answers_its_smoke_job_at_once_naming_the_job_it_runs():
     # Jobs that run until the test is done with them: no race between their length and the smoke playbook's.
     redis("del", "parcel:busy-done")

@@ -16,7 +16,8 @@ import time
 import types
 
 from .celery_gate import install_gate
-from .core import STATE, identity, loaded_build, notify, own_queue, own_smoke_queue, reply_url, unit_name
+from .core import (STATE, identity, loaded_build, notify, own_queue, own_smoke_queue, paused_here, paused_status,
+                   reply_url, unit_name)
 from .names import SENT_HEADER, SMOKE_PREFIX, SMOKE_TASK
 from .records import (close_dead_children_records, count_outcome, prune_task_records, record_task_end,
                       record_task_start, task_record_path)
@@ -172,12 +173,51 @@ def smoke_consumer_step():
     return SmokeConsumer
 
 
+def consuming_status() -> str:
+    held = STATE.get("paused")
+    return paused_status(held[0], held[1]) if held else f"consuming ({STATE.get('node')})"
+
+
 def loop_alive() -> None:
     """The event loop's watchdog feed; after a broker outage it also says the worker consumes again."""
     if STATE.pop("waiting_for_broker", None):
-        notify(f"WATCHDOG=1\nSTATUS=consuming ({STATE.get('node')})")
+        notify(f"WATCHDOG=1\nSTATUS={consuming_status()}")
     else:
         notify("WATCHDOG=1")
+
+
+def pause_at_start(app) -> None:
+    """Before the consumer starts (celeryd_after_setup): a worker (re)started while the app is paused selects none of
+    its task queues, so it takes nothing, not even a prefetch, until the pause ends."""
+    held = paused_here()
+    if held:
+        names = [n for n in app.amqp.queues.consume_from if not n.startswith(SMOKE_PREFIX)]
+        app.amqp.queues.deselect(names)
+        STATE["paused"] = (held, names)
+
+
+def follow_pause(consumer) -> None:
+    """About every second from the event loop: stop taking messages from the task queues while the app's pause marker
+    names this process type (sturdy.workers.pause), take them again once it is gone (sturdy.workers.resume). The
+    running tasks finish; the smoke queue, on a consumer of its own, stays consumed."""
+    if getattr(consumer, "task_consumer", None) is None:  # between a lost broker connection and the next
+        return
+    held, paused = paused_here(), STATE.get("paused")
+    if held and not paused:
+        names = [q.name for q in consumer.task_consumer.queues if not q.name.startswith(SMOKE_PREFIX)]
+        for name in names:
+            consumer.cancel_task_queue(name)
+        STATE["paused"] = (held, names)
+        notify(f"STATUS={consuming_status()}")
+    elif paused and not held:
+        names = STATE.pop("paused")[1]
+        # Selected again first: add_task_queue consumes a known queue without selecting it, and the task consumer
+        # rebuilt after a lost broker connection consumes only the selected ones.
+        queues = consumer.app.amqp.queues
+        queues.select(list(dict.fromkeys([*queues.consume_from, *names])))
+        for name in names:
+            consumer.add_task_queue(name)
+        notify(f"STATUS={consuming_status()}")
 
 
 def waiting_for_broker() -> None:
@@ -273,16 +313,19 @@ def install() -> None:
         register_health()
         if getattr(instance, "consumer", None) is not None:
             install_gate(instance.consumer)
+        pause_at_start(app)
 
     def ready(sender=None, **_):
         if STATE.get("gate") is not None:
             STATE["gate"].declare_dead_letter_queues()
-        notify(f"READY=1\nSTATUS=consuming ({STATE.get('node')})")
+        notify(f"READY=1\nSTATUS={consuming_status()}")
         usec = int(os.environ.get("WATCHDOG_USEC") or 0)
         timer = getattr(sender, "timer", None)
         if usec and timer is not None:
             # Fed from the worker's event loop: a loop that hangs stops feeding and systemd restarts the unit.
             STATE["watchdog"] = timer.call_repeatedly(usec / 2e6, loop_alive, priority=10)
+        if timer is not None:
+            timer.call_repeatedly(1.0, follow_pause, (sender,), priority=10)
         if timer is not None and "popped" in STATE:
             timer.call_repeatedly(2.0, push_back_popped, (sender.app,), priority=10)
         feed_while_kombu_retries()

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 
-from .names import RELEASE_FILE, SMOKE_PREFIX
+from .names import PAUSED, RELEASE_FILE, SMOKE_PREFIX
 
 # Where `rq worker` (and the smoke client) read the Redis URL.
 RQ_URL = "RQ_REDIS_URL"
@@ -122,3 +123,44 @@ def dump_stacks_when_killed() -> None:
 
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
+
+
+def pause_file() -> str | None:
+    """The app's pause marker: beside the releases, two levels above the release this code was loaded from."""
+    if "pause_file" not in STATE:
+        release = release_dir_of(__file__)
+        STATE["pause_file"] = os.path.join(os.path.dirname(os.path.dirname(release)), PAUSED) if release else None
+    return STATE["pause_file"]
+
+
+def paused_here(now: float | None = None, path: str | None = None, process: str | None = None) -> dict | None:
+    """The pause marker's content while it pauses this process type (it names none, or this one), else None. Read at
+    most once a second. A marker that cannot be read as JSON still pauses: someone meant to stop the consumption."""
+    now = time.monotonic() if now is None else now
+    seen = STATE.get("pause_seen")
+    if seen is not None and now - seen[0] < 1.0:
+        return seen[1]
+    path = pause_file() if path is None else path
+    held = None
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                held = json.load(fh)
+        except FileNotFoundError:
+            held = None
+        except (OSError, ValueError):
+            held = {"owner": "?", "message": f"{path} cannot be read as JSON"}
+    if isinstance(held, dict):
+        names = held.get("processes") or []
+        if names and (process or os.environ.get("STURDY_PROCESS")) not in names:
+            held = None
+    elif held is not None:
+        held = {"owner": "?", "message": f"{path} holds no JSON object"}
+    STATE["pause_seen"] = (now, held)
+    return held
+
+
+def paused_status(held: dict, queues: list[str]) -> str:
+    """systemd's STATUS= line of a paused worker: `systemctl status` and the pause playbook read it."""
+    return (f"paused by {held.get('owner') or '?'} since {held.get('started') or '?'}: taking no message from "
+            f"{', '.join(queues) or 'its queues'} (its smoke queue stays consumed)")

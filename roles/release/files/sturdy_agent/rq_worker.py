@@ -10,7 +10,7 @@ import inspect
 import os
 import time
 
-from .core import STATE, identity, loaded_build, notify, own_smoke_queue, unit_name
+from .core import STATE, identity, loaded_build, notify, own_smoke_queue, paused_here, paused_status, unit_name
 from .records import count_outcome, prune_task_records, record_task_end, record_task_start, task_record_path
 
 # The longest blocking pop of an RQ worker: how long a stop waits for an idle worker to notice it.
@@ -22,6 +22,22 @@ def smoke_answer(token: str) -> dict:
     process)."""
     return {**identity(token, "pool", [], STATE.get("queues", []), STATE.get("main_pid", os.getppid())),
             "settings": {}}
+
+
+def follow_pause(worker, keys: list[str]) -> list[str]:
+    """The queue keys to pop from: only the instance's smoke queue while the app's pause marker names this process
+    type (sturdy.workers.pause), all of them again once it is gone. Checked before every pop (at most RQ_POP_SECONDS
+    apart); the job a pop took runs."""
+    held, smoke = paused_here(), own_smoke_queue()
+    smoke_key = f"{worker.queue_class.redis_queue_namespace_prefix}{smoke}" if smoke else None
+    if held and smoke_key in keys:
+        if not STATE.get("paused"):
+            STATE["paused"] = True
+            notify(f"STATUS={paused_status(held, [q for q in worker.queue_names() if q != smoke])}")
+        return [smoke_key]
+    if STATE.pop("paused", None):
+        notify(f"STATUS=listening on {', '.join(worker.queue_names())}")
+    return keys
 
 
 def install() -> None:
@@ -95,6 +111,9 @@ def install() -> None:
             if worker is not None and getattr(worker, "_stop_requested", False):
                 raise StopRequested()  # a stop asked for before the pop: take nothing more
             call = signature.bind(cls, *args, **kwargs)
+            keys = call.arguments.get("queue_keys")
+            if worker is not None and isinstance(keys, (list, tuple)):
+                call.arguments["queue_keys"] = follow_pause(worker, list(keys))
             timeout = call.arguments.get("timeout")
             if timeout is not None and timeout > RQ_POP_SECONDS:
                 # RQ blocks up to worker_ttl - 15 s (405 s): short pops let a stop end the wait within seconds.

@@ -143,3 +143,22 @@ def test_the_newest_run_recorded_is_shown_once_with_its_hosts():
     assert line == ("last run: 1970-01-01 00:00:40 UTC  deploy b1 -> b2: success in 40s, by alice@ctl, 2 host(s) "
                     "(all runs: ansible-playbook sturdy.workers.history)")
     assert rep["last_run"] == line[len("last run: "):-len(" (all runs: ansible-playbook sturdy.workers.history)")]
+
+
+def test_a_pause_is_shown_once_for_its_hosts_and_its_queues_raise_no_problem():
+    held = {"owner": "alice@ci-7", "started": "2026-12-07T02:00:00+00:00", "message": "broker upgrade",
+            "processes": []}
+    queue = {"queue": "emails", "depth": 40, "oldest_age": 4000.0, "consumers": [], "paused": True}
+    rep = status_report({"w1": dict(host("b2", ("worker", [inst("shop-worker@1.service", "b2")])), paused=held,
+                                    queues=[queue]),
+                         "w2": dict(host("b2", ("worker", [inst("shop-worker@1.service", "b2")])), paused=held)},
+                        "shop", 0.0)
+    assert rep["problems"] == [], rep["problems"]
+    assert [line for line in rep["summary"] if line.startswith("PAUSED")] == [
+        'PAUSED every worker by alice@ci-7 since 2026-12-07T02:00:00+00:00: "broker upgrade" on w1, w2: they take no '
+        "message, the queues grow on purpose (no problem is raised for it); running tasks finished. Next, when it is "
+        "over: ansible-playbook sturdy.workers.resume"]
+    # Unpaused, the same queue is a problem.
+    rep = status_report({"w1": dict(host("b2", ("worker", [inst("shop-worker@1.service", "b2")])),
+                                    queues=[dict(queue, paused=False)])}, "shop", 0.0)
+    assert any("no worker consumes it" in p for p in rep["problems"])

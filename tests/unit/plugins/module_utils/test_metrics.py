@@ -121,3 +121,10 @@ def test_promtool_check_metrics_finds_nothing_to_fix():
     text = metrics_text(samples(STATUS, PLAN, COUNTS, DEPLOY, 600, NOW))
     done = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, check=False)
     assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), done.stdout + done.stderr
+
+
+def test_a_paused_queue_says_so():
+    paused = {**STATUS, "queues": [{"queue": "default", "depth": 3, "consumers": [], "paused": True}]}
+    got = by_name(samples(paused, PLAN, {}, {}, 600, NOW))
+    assert got["sturdy_queue_paused"] == [({"app": "shop", "queue": "default"}, True)]
+    assert by_name(samples(STATUS, PLAN, {}, {}, 600, NOW))["sturdy_queue_paused"][0][1] is False
