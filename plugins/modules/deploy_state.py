@@ -145,7 +145,7 @@ current:
   type: str
   sample: 2026.12.03-1
 paused:
-  description: With O(state=query), the app's pause marker (P(sturdy.workers.pause#role)), empty when not paused.
+  description: With O(state=query), the app's pause marker (P(sturdy.workers.lock#role), entry point pause), empty when not paused.
   returned: with O(state=query)
   type: dict
 why:
