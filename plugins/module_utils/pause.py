@@ -11,16 +11,8 @@ import json
 import os
 import time
 
-
-def read(path: str) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            held = json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return {"owner": "?", "message": f"{path} cannot be read as JSON", "processes": []}
-    return held if isinstance(held, dict) else {"owner": "?", "message": f"{path} holds no JSON object"}
+# A marker that cannot be read as JSON reads as {} (held by an unknown owner): it pauses every process type.
+from ansible_collections.sturdy.workers.plugins.module_utils.deploy_lock import read  # noqa: F401 (re-exported)
 
 
 def _write(path: str, content: dict) -> None:

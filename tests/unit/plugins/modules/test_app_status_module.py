@@ -36,28 +36,29 @@ def test_a_plan_from_elsewhere_is_refused(run_module):
     assert result["failed"] and "pass the output of the sturdy.workers.app_plan filter" in result["msg"]
 
 
+# systemd on a host with one instance and nothing in its journal.
+QUIET = [(["/usr/bin/systemctl", "--version"], (0, "systemd 257 (257.13)\n", "")),
+         (["/usr/bin/systemctl", "list-units"], (0, "", "")),
+         (["/usr/bin/systemctl", "show"], (0, SHOW, "")),
+         (["/usr/bin/systemctl", "--no-pager", "-o", "json"], (1, "", ""))]
+
+
+def read_host(run_module, root) -> dict:
+    planned = plan("shop", root=str(root), processes=[{"name": "worker", "command": ["bin/shop-worker"]}])
+    return run_module(app_status, {"plan": planned}, QUIET, bin_path="/usr/bin/systemctl")[0]
+
+
 def test_the_maintenance_lock_is_read_and_null_without_one(run_module, tmp_path):
-    planned = plan("shop", root=str(tmp_path), processes=[{"name": "worker", "command": ["bin/shop-worker"]}])
-    answers = [(["/usr/bin/systemctl", "--version"], (0, "systemd 257 (257.13)\n", "")),
-               (["/usr/bin/systemctl", "list-units"], (0, "", "")),
-               (["/usr/bin/systemctl", "show"], (0, SHOW, "")),
-               (["/usr/bin/systemctl", "--no-pager", "-o", "json"], (1, "", ""))]
-    result, dummy = run_module(app_status, {"plan": planned}, answers, bin_path="/usr/bin/systemctl")
-    assert result["maintenance"] is None
+    assert read_host(run_module, tmp_path)["maintenance"] is None
     (tmp_path / ".maintenance.lock").write_text(json.dumps({"owner": "alice@ci-7", "message": "Postgres upgrade"}))
-    result, dummy = run_module(app_status, {"plan": planned}, answers, bin_path="/usr/bin/systemctl")
-    assert result["maintenance"] == {"owner": "alice@ci-7", "message": "Postgres upgrade"}
+    assert read_host(run_module, tmp_path)["maintenance"] == {"owner": "alice@ci-7", "message": "Postgres upgrade"}
 
 
-def test_the_last_run_recorded_on_the_host_is_returned(run_module, tmp_path):
-    planned = plan("shop", root=str(tmp_path), processes=[{"name": "worker", "command": ["bin/shop-worker"]}])
-    answers = [(["/usr/bin/systemctl", "--version"], (0, "systemd 257 (257.13)\n", "")),
-               (["/usr/bin/systemctl", "list-units"], (0, "", "")),
-               (["/usr/bin/systemctl", "show"], (0, SHOW, "")),
-               (["/usr/bin/systemctl", "--no-pager", "-o", "json"], (1, "", ""))]
-    result, dummy = run_module(app_status, {"plan": planned}, answers, bin_path="/usr/bin/systemctl")
-    assert result["last_run"] is None
+def test_the_last_run_recorded_on_the_host_and_the_pause_are_returned(run_module, tmp_path):
+    got = read_host(run_module, tmp_path)
+    assert got["last_run"] is None and got["paused"] is None
     (tmp_path / "history.jsonl").write_text("".join(json.dumps({"run": r, "kind": "deploy"}) + "\n"
                                                     for r in ("deploy-1", "deploy-2")))
-    result, dummy = run_module(app_status, {"plan": planned}, answers, bin_path="/usr/bin/systemctl")
-    assert result["last_run"] == {"run": "deploy-2", "kind": "deploy"}
+    (tmp_path / ".paused").write_text(json.dumps({"owner": "bob", "processes": []}))
+    got = read_host(run_module, tmp_path)
+    assert got["last_run"] == {"run": "deploy-2", "kind": "deploy"} and got["paused"]["owner"] == "bob"
