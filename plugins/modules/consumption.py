@@ -137,9 +137,10 @@ def main():
         word = "paused" if p["state"] == "paused" else "consuming again"
         module.fail_json(
             msg=(f"{', '.join(waiting)} did not say within {p['timeout']}s that it is {word} (its status: "
-                 f"{units[waiting[0]]['status'] or 'none'}): is its worker agent from a collection older than the "
-                 "pause (deploy the app again), or its event loop busy? The marker is written; run this again to "
-                 "wait longer."),
+                 f"{units[waiting[0]]['status'] or 'none'}). The marker is written and stays in effect. An RQ worker "
+                 "(and a Celery worker on the solo pool) reads it between jobs: one running a long job does so when "
+                 "the job ends - run this again with a sturdy_pause_timeout longer than that job to wait for it. A "
+                 "worker agent from a collection older than the pause never will: deploy the app again."),
             changed=changed, holder=holder or {}, units=units, current=current)
     module.exit_json(changed=changed, holder=holder or {}, units=units, current=current)
 
