@@ -516,14 +516,19 @@ def test_readme_pause_stops_the_workers_taking_messages_through_a_deploy_and_res
     bookworm.check_output(f"systemctl restart {WORKER_UNITS[0]}")
     wait_for("the restarted instance paused", lambda: bookworm.check_output(
         f"systemctl show -P StatusText {WORKER_UNITS[0]}").startswith("paused by "), 60)
-    # A deploy during the pause (in full, every instance restarted) keeps the fleet paused: each instance proven by
-    # its own smoke job, no job through the real queues, and it says so.
+    # A deploy during the pause (in full) keeps the fleet paused: each instance proven by its own smoke job, no job
+    # through the real queues, and it says so.
     before = invocations()
     redeployed = deploy(B5, sturdy_deploy_force=True)
     assert redeployed.returncode == 0, said(redeployed)[-3000:]
-    assert all(before[k] != v for k, v in invocations().items())
     assert "PAUSED: the app's workers take no message (paused by" in said(redeployed), said(redeployed)[-3000:]
     assert report()["queues"]["default"].get("smoke") is None, report()["queues"]
+    # So does a restart, which restarts every instance: each starts paused and answers its own smoke job.
+    restarted = run_as_readme(readme_command("restart"))
+    assert restarted.returncode == 0, said(restarted)[-3000:]
+    assert "PAUSED: the app's workers take no message (paused by" in said(restarted), said(restarted)[-3000:]
+    after = invocations()
+    assert all(before[k] != after[k] for k in before if "shop-worker@" in k), (before, after)
     assert all(t.startswith("paused by ") for t in status_texts().values()), status_texts()
     assert status()[1]["queues"]["default"]["depth"] >= 1
     # Resume: every instance consumes again, a job through the real queue is answered with the live build, and the
@@ -585,11 +590,12 @@ def test_readme_history_prints_every_run_merged_newest_first_and_status_the_last
     assert re.match(rf"rollback {B5}(~\d+)? -> {B2}(~\d+)?: success in ", runs[0].split("  ")[1]), runs[:3]
     assert f"by {owner}, {len(APPS)} host(s) - rollback of shop: done on {len(APPS)} host(s)" in runs[0], runs[0]
     assert re.match(rf"restart {B5}(~\d+)? -> {B5}(~\d+)?: success in ", runs[1].split("  ")[1]), runs[:3]
-    # The deploy during the pause, then the one that finished the lost host's.
-    assert re.match(rf"deploy {B5}(~\d+)? -> {B5}(~\d+)?: success in ", runs[2].split("  ")[1]), runs[:4]
-    assert re.match(rf"deploy {B2}(~\d+)? -> {B5}(~\d+)?: success in ", runs[3].split("  ")[1]), runs[:4]
+    # The restart and the deploy during the pause, then the deploy that finished the lost host's.
+    assert re.match(rf"restart {B5}(~\d+)? -> {B5}(~\d+)?: success in ", runs[2].split("  ")[1]), runs[:5]
+    assert re.match(rf"deploy {B5}(~\d+)? -> {B5}(~\d+)?: success in ", runs[3].split("  ")[1]), runs[:5]
+    assert re.match(rf"deploy {B2}(~\d+)? -> {B5}(~\d+)?: success in ", runs[4].split("  ")[1]), runs[:5]
     # The deploy that lost a host mid-rollout: rolled back where it could be, and the lost host has no record of it.
-    lost = [r for r in runs if f"ONLY on {BOOKWORM}, {WEB} (not on {TRIXIE})" in r]
+    lost = [r for r in runs if f"ONLY on {', '.join(sorted([BOOKWORM, WEB]))} (not on {TRIXIE})" in r]
     assert lost and ": rolled_back in " in lost[0] and f"deploy shop {B5}: rolled_back" in lost[0], runs
     # The failed migration: stopped before the switch, on every host.
     assert any(f"-> {B5}" in r and ": failed in " in r and "stopped before the switch" in r for r in runs), runs
@@ -628,16 +634,20 @@ def test_readme_run_runs_a_command_once_in_the_live_release_as_the_app_with_its_
     done = run(sturdy_run_command=["bin/shop-migrate"])
     assert done.returncode == 0, said(done)[-3000:]
     assert f"migrate: build {B2}, schema " in said(done) and "migrate: nothing to do" in said(done), said(done)[-3000:]
+    # On the host named: worker-trixie loads its secrets as encrypted credentials, as its units do.
+    elsewhere = run(sturdy_run_command=["bin/shop-migrate"], sturdy_run_host=TRIXIE)
+    assert elsewhere.returncode == 0, said(elsewhere)[-3000:]
     added = {name: text[len(logs[name]):] for name, text in logs_now().items()}
     assert added[BOOKWORM].startswith(f"{B2} ") and added[BOOKWORM].count("\n") == 1, added
-    assert not added[TRIXIE] and not added[WEB], added
-    # On the host named, failing: its exit status is the play's result, its output masked (the app prints its
-    # broker URL and password), the failure names its last line.
-    failed = run(sturdy_run_command=["bin/shop-migrate"], sturdy_run_host=TRIXIE,
+    assert added[TRIXIE].startswith(f"{B2} ") and added[TRIXIE].count("\n") == 1, added
+    assert not added[WEB], added
+    # Failing: its exit status is the play's result, its output masked (the app prints its broker URL and password
+    # from the environment: web-trixie's env file), the failure names its last line.
+    failed = run(sturdy_run_command=["bin/shop-migrate"], sturdy_run_host=WEB,
                  sturdy_run_environment={"SHOP_MIGRATION_FAIL": "1"})
     text = told(failed)
     assert failed.returncode != 0, text[-3000:]
-    assert (f"bin/shop-migrate exited 1 on {TRIXIE} (release {B2}): migrate: ERROR: migration failed on purpose "
+    assert (f"bin/shop-migrate exited 1 on {WEB} (release {B2}): migrate: ERROR: migration failed on purpose "
             "(SHOP_MIGRATION_FAIL=1)") in text, text[-3000:]
     assert "migrate: connected to ********" in text and "redis://:********@replica:6379/1" in text, text[-3000:]
     assert SECRET not in failed.stdout + failed.stderr
