@@ -505,35 +505,38 @@ def test_readme_pause_stops_the_workers_taking_messages_through_a_deploy_and_res
     assert all(t.startswith(f"paused by {owner} since ") and "taking no message from default" in t
                for t in texts.values()), texts
     assert all(host(name).run(f"systemctl is-active {unit}").rc == 0 for name in WORKERS for unit in WORKER_UNITS)
-    # A task sent now waits; status says PAUSED and raises no problem for the queue nobody consumes.
-    host(WEB).check_output("/usr/local/sbin/shop-task --send shopdemo.record paused-while-waiting")
-    shown, rep = status()
-    assert rep["queues"]["default"]["depth"] >= 1 and not rep["queues"]["default"]["consumers"], rep["queues"]
-    assert not [p for p in rep["problems"] if "no worker consumes it" in p or "has waited" in p], rep["problems"]
-    assert any(line.startswith(f"PAUSED every worker by {owner}") for line in rep["summary"]), rep["summary"]
-    # An instance restarted by systemd (a crash) starts paused.
-    bookworm = host(BOOKWORM)
-    bookworm.check_output(f"systemctl restart {WORKER_UNITS[0]}")
-    wait_for("the restarted instance paused", lambda: bookworm.check_output(
-        f"systemctl show -P StatusText {WORKER_UNITS[0]}").startswith("paused by "), 60)
-    # A deploy during the pause (in full) keeps the fleet paused: each instance proven by its own smoke job, no job
-    # through the real queues, and it says so.
-    before = invocations()
-    redeployed = deploy(B5, sturdy_deploy_force=True)
-    assert redeployed.returncode == 0, said(redeployed)[-3000:]
-    assert "PAUSED: the app's workers take no message (paused by" in said(redeployed), said(redeployed)[-3000:]
-    assert report()["queues"]["default"].get("smoke") is None, report()["queues"]
-    # So does a restart, which restarts every instance: each starts paused and answers its own smoke job.
-    restarted = run_as_readme(readme_command("restart"))
-    assert restarted.returncode == 0, said(restarted)[-3000:]
-    assert "PAUSED: the app's workers take no message (paused by" in said(restarted), said(restarted)[-3000:]
-    after = invocations()
-    assert all(before[k] != after[k] for k in before if "shop-worker@" in k), (before, after)
-    assert all(t.startswith("paused by ") for t in status_texts().values()), status_texts()
-    assert status()[1]["queues"]["default"]["depth"] >= 1
-    # Resume: every instance consumes again, a job through the real queue is answered with the live build, and the
-    # task that waited runs.
-    resumed = run_as_readme(readme_command("resume"))
+    try:
+        # A task sent now waits; status says PAUSED and raises no problem for the queue nobody consumes.
+        host(WEB).check_output("/usr/local/sbin/shop-task --send shopdemo.record paused-while-waiting")
+        shown, rep = status()
+        assert rep["queues"]["default"]["depth"] >= 1 and not rep["queues"]["default"]["consumers"], rep["queues"]
+        assert not [p for p in rep["problems"] if "no worker consumes it" in p or "has waited" in p], rep["problems"]
+        assert any(line.startswith(f"PAUSED every worker by {owner}") for line in rep["summary"]), rep["summary"]
+        # An instance restarted by systemd (a crash) starts paused.
+        bookworm = host(BOOKWORM)
+        bookworm.check_output(f"systemctl restart {WORKER_UNITS[0]}")
+        wait_for("the restarted instance paused", lambda: bookworm.check_output(
+            f"systemctl show -P StatusText {WORKER_UNITS[0]}").startswith("paused by "), 60)
+        # A deploy during the pause (in full) keeps the fleet paused: each instance proven by its own smoke job, no job
+        # through the real queues, and it says so.
+        before = invocations()
+        redeployed = deploy(B5, sturdy_deploy_force=True)
+        assert redeployed.returncode == 0, said(redeployed)[-3000:]
+        # (Its callback writes YAML: "app's" is printed app''s.)
+        assert "workers take no message (paused by" in said(redeployed), said(redeployed)[-3000:]
+        assert report()["queues"]["default"].get("smoke") is None, report()["queues"]
+        # So does a restart, which restarts every instance: each starts paused and answers its own smoke job.
+        restarted = run_as_readme(readme_command("restart"))
+        assert restarted.returncode == 0, said(restarted)[-3000:]
+        assert "PAUSED: the app's workers take no message (paused by" in said(restarted), said(restarted)[-3000:]
+        after = invocations()
+        assert all(before[k] != after[k] for k in before if "shop-worker@" in k), (before, after)
+        assert all(t.startswith("paused by ") for t in status_texts().values()), status_texts()
+        assert status()[1]["queues"]["default"]["depth"] >= 1
+    finally:
+        # Whatever failed above, the tests after this one find the app consuming.
+        resumed = run_as_readme(readme_command("resume"))
+
     assert resumed.returncode == 0, said(resumed)[-3000:]
     assert f"shop consumes again on {', '.join(APPS)}" in told(resumed), told(resumed)[-2000:]
     assert all(t.startswith("consuming (") for t in status_texts().values()), status_texts()
