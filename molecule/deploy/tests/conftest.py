@@ -22,6 +22,8 @@ SCENARIO_DIR = Path(__file__).resolve().parent.parent
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 DIST = EPHEMERAL / "dist"
 REPORT = EPHEMERAL / "deploy-report.json"
+# The builds the tests deploy (converge deployed build 1).
+B1, B2, B_NO_WORKER, B_CRASH, B5 = (f"2026.11.29-{n}" for n in range(1, 6))
 
 
 def _group(name: str) -> list[str]:
@@ -231,3 +233,9 @@ def no_secret_in_the_ansible_log() -> None:
     log = (EPHEMERAL / "ansible.log").read_text(errors="replace")
     assert "********" in log
     assert SECRET not in log
+
+
+def told(result: subprocess.CompletedProcess) -> str:
+    """said(), with the quotes of a message as written: the README's ansible.cfg keeps the default callback, which
+    prints a failed task's result as JSON."""
+    return said(result).replace('\\"', '"')
