@@ -39,16 +39,20 @@ def differing(directory: str, units: dict[str, str]) -> dict[str, str]:
     return found
 
 
-def verify(name: str, content: str, run: Runner, scratch: str) -> None:
-    """systemd-analyze verify on the content under its unit name, before it is written (the alias form: the file
-    need not be called like the unit)."""
-    path = os.path.join(scratch, "unit")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(content)
-    rc, out, err = run(["systemd-analyze", "verify", "--recursive-errors=no", f"{path}:{name}"])
-    if rc != 0:
-        said = "\n".join((out + err).replace(path, name).strip().splitlines()[-15:])
-        raise UnitFileError(f"systemd-analyze verify refused {name}; nothing was written:\n{said}")
+def verify(units: dict[str, str], run: Runner, names: list[str] | None = None) -> None:
+    """systemd-analyze verify on each of `names` (every unit of `units` by default) before any is written. All of
+    `units` sit in the scratch directory under their own names, which systemd-analyze puts first in its search path:
+    a socket finds the service it hands its connections to, a service the socket it requires."""
+    with tempfile.TemporaryDirectory(prefix="sturdy-units-") as scratch:
+        for name, content in units.items():
+            with open(os.path.join(scratch, name), "w", encoding="utf-8") as fh:
+                fh.write(content)
+        for name in sorted(units if names is None else names):
+            path = os.path.join(scratch, name)
+            rc, out, err = run(["systemd-analyze", "verify", "--recursive-errors=no", path])
+            if rc != 0:
+                said = "\n".join((out + err).replace(scratch + "/", "").strip().splitlines()[-15:])
+                raise UnitFileError(f"systemd-analyze verify refused {name}; nothing was written:\n{said}")
 
 
 def write(directory: str, units: dict[str, str], run: Runner, check: bool, validate: bool = True,
@@ -60,9 +64,7 @@ def write(directory: str, units: dict[str, str], run: Runner, check: bool, valid
     if check or not names:
         return names
     if validate:
-        with tempfile.TemporaryDirectory(prefix="sturdy-units-") as scratch:
-            for name in names:
-                verify(name, units[name], run, scratch)
+        verify(units, run, names)
     for name in names:
         replace_file(os.path.join(directory, name), units[name].encode("utf-8"), 0o644)
     return names

@@ -226,7 +226,6 @@ migrations:
 import glob
 import grp
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -264,7 +263,8 @@ from ansible_collections.sturdy.workers.plugins.module_utils.unit_files import U
 def app_unit_files(unit_dir: str, app: str, marker: str) -> dict[str, str]:
     """The app's unit files in `unit_dir` that carry its marker: name -> content."""
     found = {}
-    for path in sorted(glob.glob(f"{unit_dir}/{app}-*@.service") + [f"{unit_dir}/{app}.target"]):
+    for path in sorted(glob.glob(f"{unit_dir}/{app}-*@.service") + glob.glob(f"{unit_dir}/{app}-*@.socket")
+                       + [f"{unit_dir}/{app}.target"]):
         try:
             with open(path, encoding="utf-8") as fh:
                 text = fh.read()
@@ -389,9 +389,7 @@ def main():
                                        p["adopt"], meta, check, reserved={p["generation"]} if check else set())
             if p["units"] and not check:
                 # A unit systemd would refuse stops the deploy here, before any host is switched.
-                with tempfile.TemporaryDirectory(prefix="sturdy-units-") as scratch:
-                    for unit_name, content in sorted(p["units"].items()):
-                        verify(unit_name, content, run, scratch)
+                verify(p["units"], run)
             # The generation the units name is the release's, whatever the caller recorded.
             secrets = {**(p["config"].get("secrets") or {}), "delivery": p["delivery"],
                        "generation": p["generation"] or None}
