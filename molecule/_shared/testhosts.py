@@ -120,6 +120,41 @@ def while_tasks_flow(producer: str, prefix: str, action):
     return result, flow
 
 
+# GET <url> in a loop until <stop> exists, one JSON line per request: [status, build_id] or ["error", why].
+_WEB_CLIENT = r"""
+import json, os, sys, time, urllib.error, urllib.request
+url, stop = sys.argv[1:3]
+while not os.path.exists(stop):
+    try:
+        with urllib.request.urlopen(url, timeout=15) as answer:
+            line = [answer.status, json.loads(answer.read())["build_id"]]
+    except urllib.error.HTTPError as exc:
+        line = [exc.code, exc.reason]
+    except Exception as exc:  # a refused or reset connection, a timeout: what must never happen
+        line = ["error", repr(exc)]
+    print(json.dumps(line), flush=True)
+    time.sleep(0.02)
+"""
+
+
+def while_requests_flow(web: str, url: str, action):
+    """Run action() while a client on `web` fires GET `url` back to back (one at a time, 20 ms apart), from 2 s before
+    it to 2 s after it; (action's result, the answers as [status, build or why], in order)."""
+    stop = f"/tmp/stop-requests-{time.monotonic_ns()}"
+    client = subprocess.Popen(["podman", "exec", web, "python3", "-c", _WEB_CLIENT, url, stop],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2)
+    try:
+        result = action()
+        time.sleep(2)
+    finally:
+        host(web).check_output(f"touch {stop}")
+        out, err = client.communicate(timeout=60)
+    answers = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert answers, err[-2000:]
+    return result, answers
+
+
 def unit_states(names: list[str], units: list[str]) -> dict[tuple[str, str], tuple[bool, str]]:
     """(running, NRestarts) of each of `units` on each host of `names`."""
     return {(name, unit): (host(name).service(unit).is_running, host(name).service(unit).systemd_properties["NRestarts"])

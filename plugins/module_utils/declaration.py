@@ -48,6 +48,7 @@ OPTIONS: dict[str, tuple[str, float | None, str]] = {
     "max_surge": ("size", None, "max_surge: 1, or '25%'"),
     "max_unavailable": ("size", None, "max_unavailable: 1, or '25%'"),
     "singleton": ("bool", None, "singleton: true"),
+    "listen": ("listen", None, "listen: ['127.0.0.1:8000']"),
 }
 CHOICES = {
     "restart": ("always", "on-failure", "on-abnormal", "on-abort", "on-watchdog", "no"),
@@ -119,6 +120,12 @@ def _option_problem(key: str, value: Any) -> str:
         if isinstance(value, dict) and set(value) <= {"http"} and isinstance(value.get("http", ""), str):
             return ""
         return f"give a mapping with http, the URL that must answer 2xx, for example {example}"
+    if kind == "listen":
+        # A port or an address with a port, or a list of them; what each may be is checked with the plan.
+        items = value if isinstance(value, list) else [value]
+        if items and all(isinstance(a, (int, str)) and not isinstance(a, bool) and str(a) for a in items):
+            return ""
+        return f"give the addresses the socket listens on, for example {example}"
     if kind == "size":
         if _whole(value) is not None and _whole(value) >= 0:
             return ""

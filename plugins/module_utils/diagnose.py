@@ -204,11 +204,25 @@ def cause(result: str, death: dict | None, signs: list[str], oom: bool, empty_lo
             "widen the window (sturdy_diagnose_since) or read journalctl -u <unit>")
 
 
+DEPENDENCY_FAILED = re.compile(r"Dependency failed for")
+
+
+def dependency_failed_at(pid1: list[dict]) -> float | None:
+    """When PID 1 last refused to start the unit because a unit it requires (its listening socket) failed."""
+    times = [int(r.get("__REALTIME_TIMESTAMP", "0")) / 1e6 for r in pid1
+             if DEPENDENCY_FAILED.search(str(r.get("MESSAGE", "")))]
+    return max(times) if times else None
+
+
 def diagnosis(unit: str, props: dict, pid1: list[dict], output: list[dict], memory_events: str | None,
-              kernel: list[str], tasks: list[dict]) -> dict:
-    """Everything known about why `unit` last died, in words, with the next step."""
+              kernel: list[str], tasks: list[dict], required: list[str] | None = None) -> dict:
+    """Everything known about why `unit` last died, in words, with the next step. `required`: what PID 1 said about
+    the units it requires (its listening socket), read when it refused to start it for them."""
     invocation, death = last_failure(pid1, props)
     signs = pid1_signs(pid1, invocation)
+    refused = dependency_failed_at(pid1)
+    if refused and (not death or refused > death["time"]):
+        signs.append("dependency")
     # The dead invocation's lines up to its death (they reach the journal at most a moment after PID 1's record).
     until = death["time"] + 1 if death else float("inf")
     lines = [str(r.get("MESSAGE", "")) for r in output
@@ -220,7 +234,18 @@ def diagnosis(unit: str, props: dict, pid1: list[dict], output: list[dict], memo
     empty_log = not tail or not any(errorish.search(line) for line in tail[-5:])
     ooms = kernel_oom(kernel, unit)
     oom = oom_events(memory_events) > 0 or bool(ooms)
-    why, step = cause(props.get("Result", ""), death, signs, oom, empty_log, tb, props)
+    if "dependency" in signs:
+        # The reason ("Failed to create listening socket (...): Address already in use") before the outcome.
+        said = [m.strip().split(": ", 1)[-1] if m.strip().startswith(unit.rsplit(".", 1)[0]) else m.strip()
+                for m in required or [] if m.strip()]
+        told = ([m for m in said if m.startswith("Failed to create")]
+                or [m for m in said if "listening socket (" in m] or said)[-1:]
+        why, step = ("systemd did not start it: a unit it requires failed to start" + (
+            f" (its listening socket: {told[0]})" if told else " (its listening socket, from listen)"),
+            "free the address (ss -ltnp shows which process holds it) or change sturdy_processes[].listen, then "
+            f"systemctl start {unit}")
+    else:
+        why, step = cause(props.get("Result", ""), death, signs, oom, empty_log, tb, props)
     # The tasks of the invocation running now are not interrupted: its worker runs them.
     live = props.get("InvocationID") if props.get("ActiveState") in ("active", "reloading") else None
     current = [t for t in tasks if live and t.get("invocation") == live]

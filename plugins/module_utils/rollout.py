@@ -28,7 +28,7 @@ STOP_PROPERTIES = ("ActiveExitTimestampMonotonic", "InactiveEnterTimestampMonoto
 STOP_TIMEOUT = "TimeoutStopUSec"
 SHOWN = WATCH_PROPERTIES + STOP_PROPERTIES + (STOP_TIMEOUT,)
 # Marks of systemd's own record of an exit, which journald may write after the process's last words.
-EXIT_MARKS = ("Main process exited", "Failed with result")
+EXIT_MARKS = ("Main process exited", "Failed with result", "failed with result 'dependency'")
 
 
 class RolloutError(Exception):
@@ -60,7 +60,9 @@ class Host:
         for attempt in range(10):
             self.run(["journalctl", "--sync"])
             # Everything since the restart, cut here: with --since, journalctl -n gives the first lines, not the last.
-            rc, out, dummy = self.run(["journalctl", "--no-pager", "--quiet", "-o", "short-iso", "-u", name,
+            # With the socket of a service that listens (sturdy_processes[].listen): why it could not bind.
+            sockets = ["-u", name[:-len(".service")] + ".socket"] if name.endswith(".service") else []
+            rc, out, dummy = self.run(["journalctl", "--no-pager", "--quiet", "-o", "short-iso", "-u", name, *sockets,
                                        "--since", f"@{int(since) - 1}"])
             if rc != 0 or attempt == 9 or any(mark in out for mark in EXIT_MARKS):
                 break

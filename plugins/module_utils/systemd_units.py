@@ -8,6 +8,7 @@ exercise them directly.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -190,6 +191,33 @@ def node_name_option(proc: dict[str, Any]) -> str:
     return f" --hostname={proc['name']}%i@%H"
 
 
+_LISTEN_RE = re.compile(r"^(?:(?P<v4>[0-9.]+)|\[(?P<v6>[0-9A-Fa-f:.]+)\]):(?P<port>\d+)$|^(?P<only>\d+)$")
+
+
+def listen_addresses(where: str, value: Any) -> list[str]:
+    """The ListenStream= values of a process type's socket unit: a port (every address), or an IPv4 or [IPv6]
+    address with a port. Empty when the process type binds its own ports."""
+    if value is None:
+        return []
+    found = []
+    for item in value if isinstance(value, list) else [value]:
+        text = str(item).strip()
+        match = None if isinstance(item, bool) else _LISTEN_RE.match(text)
+        try:
+            if match and (match["v4"] or match["v6"]):
+                ipaddress.ip_address(match["v4"] or match["v6"])
+        except ValueError:
+            match = None
+        if not match or not 1 <= int(match["port"] or match["only"]) <= 65535:
+            raise UnitSpecError(f"{where}.listen={json.dumps(value)}: {json.dumps(item)} is not a port or an address "
+                                "with a port that systemd can listen on; give for example listen: ['127.0.0.1:8000'] "
+                                "(or 8000 for every address, '[::1]:8000' for IPv6)")
+        if text in found:
+            raise UnitSpecError(f"{where}.listen={json.dumps(value)}: {text} is given twice; give each address once")
+        found.append(text)
+    return found
+
+
 # Keys of the defaults that steer the plan and are not options of a process type.
 _NOT_PROCESS_OPTIONS = ("stop_margin", "singleton_here", "fleet", "max_instances")
 # What a path in a unit may look like here: absolute, nothing systemd or the shell would read specially.
@@ -268,6 +296,13 @@ def plan_processes(
             raise UnitSpecError(f"{where}.max_surge: the instances share rate_limit={proc['rate_limit']} tasks/s "
                                 "between them, and surge instances would add their share on top during a restart. "
                                 "Remove max_surge (or rate_limit)")
+        proc["listen"] = listen_addresses(where, proc.get("listen"))
+        if proc["listen"] and proc.get("surge_units"):
+            raise UnitSpecError(f"{where}.max_surge: with listen, systemd holds the listening socket while an instance "
+                                "restarts, so connections wait for it instead of being refused: no surge is needed, "
+                                "and a surge instance's socket would outlive it. Remove max_surge (or listen)")
+        # One socket unit per instance (ReusePort: the instances share the port), handed to its service.
+        proc["socket_template"] = proc["template"].replace("@.service", "@.socket") if proc["listen"] else ""
         proc["rate_per_instance"] = rate_per_instance(name, proc.get("rate_limit"), fleet or [processes])
         proc["watchdog_sec"] = int(proc.get("watchdog_sec") or 0)
         argv = [str(a) for a in proc.get("command") or []]

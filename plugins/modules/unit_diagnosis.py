@@ -99,7 +99,12 @@ from ansible_collections.sturdy.workers.plugins.module_utils.app_status import (
     list_units_argv,
     parse_journal,
 )
-from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import diagnosis, last_failure, summary
+from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import (
+    dependency_failed_at,
+    diagnosis,
+    last_failure,
+    summary,
+)
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV, parse_show
 
@@ -184,7 +189,16 @@ def main():
                 tasks.append(record)
         if tasks and p["tasks"]:
             tasks = with_task_states(module, tools, plan, unit, tasks)
-        d = diagnosis(unit, props, pid1, output, memory_events, kernel, tasks)
+        required = []
+        refused = dependency_failed_at(pid1)
+        if refused:
+            # Refused for a unit it requires: its listening socket (sturdy_processes[].listen) says why, in that
+            # start attempt. (-u: systemd 257 binds in a helper, sd-listen, which logs the reason itself.)
+            required = [str(r.get("MESSAGE", "")) for r in parse_journal(run(
+                ["journalctl", "--no-pager", "-o", "json", f"--since=@{int(refused) - 5}", "-n", "20", "-u",
+                 f"{unit.rsplit('.', 1)[0]}.socket"], check=False))
+                if int(r.get("__REALTIME_TIMESTAMP", "0")) / 1e6 <= refused + 1]
+        d = diagnosis(unit, props, pid1, output, memory_events, kernel, tasks, required)
         diagnoses.append(d)
         lines += summary(host, d)
     lines += [f"{host}: no unit {u} here" for u in absent]

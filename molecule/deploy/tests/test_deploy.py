@@ -12,10 +12,10 @@ import signal
 import subprocess
 import time
 
-from conftest import (APPS, B1, B2, B5, BOOKWORM, B_CRASH, B_NO_WORKER, EPHEMERAL, SECRET, TRIXIE, WEB, WORKERS,
+from conftest import (APPS, B1, B2, B5, BOOKWORM, B_CRASH, B_NO_WORKER, EPHEMERAL, HEALTH, SECRET, TRIXIE, WEB, WORKERS,
                       WORKER_UNITS, current, dead_letters, deploy, deploy_cmd, host, invocations, main_cwd,
-                      readme_command, recaps, report, run_as_readme, said, status, task, told, units_of, wait_for,
-                      while_tasks_flow)
+                      readme_command, recaps, report, run_as_readme, said, served_in_turn, status, task, told,
+                      units_of, wait_for, while_requests_flow, while_tasks_flow)
 
 
 def test_first_deploy_every_instance_answered_build_1():
@@ -37,11 +37,21 @@ def test_first_deploy_every_instance_answered_build_1():
     web = host(WEB).check_output("python3 -c \"import urllib.request as u; "
                                  "print(u.urlopen('http://127.0.0.1:8000/health').read().decode())\"")
     assert json.loads(web)["build_id"] == B1
+    # The web listens through its socket unit (listen in group_vars/web.yml), which systemd holds for it.
+    listening = host(WEB).check_output("systemctl show -P Listen shop-web@1.socket")
+    assert listening == "127.0.0.1:8000 (Stream)", listening
 
 
 def test_deploy_2_while_tasks_flow_loses_none_and_every_instance_answers_build_2():
     before = invocations()
-    result, flow = while_tasks_flow(WEB, "flow2", lambda: deploy(B2))
+    socket_since = host(WEB).check_output("systemctl show -P ActiveEnterTimestampMonotonic shop-web@1.socket")
+    (result, flow), answers = while_requests_flow(
+        WEB, HEALTH, lambda: while_tasks_flow(WEB, "flow2", lambda: deploy(B2)))
+    # The web restarted under a client firing requests: not one refused, every one answered 200, by build 1 until the
+    # restart and by build 2 after it; the socket stayed open throughout.
+    assert [a for a in answers if a[0] != 200] == [], [a for a in answers if a[0] != 200][:5]
+    assert served_in_turn(answers, B1, B2), answers
+    assert host(WEB).check_output("systemctl show -P ActiveEnterTimestampMonotonic shop-web@1.socket") == socket_since
     # The stream spans the restarts: both builds answered, and every task exactly once in effect.
     assert set(flow["builds"]) == {B1, B2}, flow["builds"]
     # The migration ran once, on one host (the app's own record of its runs, on every host of the deploy), and

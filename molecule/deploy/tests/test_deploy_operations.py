@@ -10,9 +10,9 @@ import os
 import re
 import subprocess
 
-from conftest import (APPS, B2, B5, BOOKWORM, SECRET, TRIXIE, WEB, WORKERS, WORKER_UNITS, current, deploy, host,
-                      invocations, main_cwd, no_secret_in_the_ansible_log, readme_command, report, run_as_readme, said,
-                      status, task, told, wait_for)
+from conftest import (APPS, B2, B5, BOOKWORM, HEALTH, SECRET, TRIXIE, WEB, WORKERS, WORKER_UNITS, current, deploy,
+                      host, invocations, main_cwd, no_secret_in_the_ansible_log, readme_command, report, run_as_readme,
+                      said, served_in_turn, status, task, told, wait_for, while_requests_flow)
 
 
 def maintenance_locks() -> dict:
@@ -162,10 +162,13 @@ def test_readme_restart_restarts_every_instance_on_every_host_and_proves_the_bui
 
 
 def test_readme_rollback_goes_back_to_the_previous_build_on_every_host():
-    result = run_as_readme(readme_command("rollback"))
+    result, answers = while_requests_flow(WEB, HEALTH, lambda: run_as_readme(readme_command("rollback")))
     assert result.returncode == 0, said(result)[-3000:]
     for name in APPS:
         assert current(name) == B2
+    # A client firing requests through the rollback saw only 200s: build 5's, then build 2's.
+    assert [a for a in answers if a[0] != 200] == [], [a for a in answers if a[0] != 200][:5]
+    assert served_in_turn(answers, B5, B2), answers
     for name in WORKERS:
         for unit in WORKER_UNITS:
             assert main_cwd(name, unit) == f"/srv/shop/releases/{B2}"

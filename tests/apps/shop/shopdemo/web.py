@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -44,7 +45,15 @@ def main(argv=None) -> int:
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
-    server = ThreadingHTTPServer((args.bind, args.port), Handler)
+    if os.environ.get("LISTEN_PID") == str(os.getpid()) and int(os.environ.get("LISTEN_FDS") or 0) >= 1:
+        # Socket activation (sturdy_processes[].listen): systemd holds the listening socket and hands it over as
+        # fd 3; it stays open across a restart, so no connection is refused.
+        server = ThreadingHTTPServer(("", 0), Handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = socket.socket(fileno=3)
+        args.bind, args.port = server.socket.getsockname()[:2]
+    else:
+        server = ThreadingHTTPServer((args.bind, args.port), Handler)
     # shutdown() waits for serve_forever() to return, and the handler runs on the thread serving: ask
     # from another thread, or SIGTERM deadlocks until systemd's stop timeout sends SIGKILL.
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())

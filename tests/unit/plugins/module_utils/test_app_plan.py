@@ -62,7 +62,7 @@ def test_unit_names_target_and_marker():
     assert p["target"] == "shop.target"
     assert p["marker"] == "# sturdy.workers: app=shop"
     assert p["unit_dir"] == "/etc/systemd/system"
-    assert p["unit_files"] == ["shop-*@.service", "shop.target"]
+    assert p["unit_files"] == ["shop-*@.service", "shop-*@.socket", "shop.target"]
     worker = by_name(p, "worker")
     assert worker["template"] == "shop-worker@.service"
     assert worker["units"] == ["shop-worker@1.service", "shop-worker@2.service"]

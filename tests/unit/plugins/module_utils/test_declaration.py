@@ -20,7 +20,7 @@ def test_the_options_are_the_worker_role_argument_spec_s():
     options = spec["argument_specs"]["main"]["options"]["sturdy_processes"]["options"]
     assert sorted(options) == sorted(OPTIONS)
     kinds = {"int": "int", "float": "number", "bool": "bool", "dict": ("environment", "readiness"),
-             "list": ("argv", "strings"), "raw": "size", "str": ("str", "choice")}
+             "list": ("argv", "strings"), "raw": ("size", "listen"), "str": ("str", "choice")}
     for key, option in options.items():
         assert OPTIONS[key][0] in kinds[option["type"]], key
         assert tuple(option.get("choices") or ()) == CHOICES.get(key, ()), key
@@ -48,6 +48,10 @@ def test_the_options_are_the_worker_role_argument_spec_s():
     ({"max_surge": "150%"}, 'sturdy_processes[worker].max_surge="150%": give a number of instances or a percentage'),
     ({"readiness": {"url": "http://x"}}, "sturdy_processes[worker].readiness={\"url\": \"http://x\"}: give a mapping "
                                          "with http"),
+    ({"listen": {"port": 8000}}, 'sturdy_processes[worker].listen={"port": 8000}: give the addresses the socket '
+                                 "listens on, for example listen: ['127.0.0.1:8000']"),
+    ({"listen": [8000, None]}, "sturdy_processes[worker].listen=[8000, null]: give the addresses"),
+    ({"liste": [8000]}, "sturdy_processes[worker] has no option liste: did you mean listen?"),
     ({"instance": 2}, "sturdy_processes[worker] has no option instance: did you mean instances?"),
     ({"max_task_run_time": 5}, "sturdy_processes[worker] has no option max_task_run_time: did you mean "
                                "max_task_runtime?"),

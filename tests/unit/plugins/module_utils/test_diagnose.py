@@ -161,3 +161,21 @@ def test_a_unit_refused_by_its_start_limit_is_told_so_with_the_reset():
     d = diagnosis(UNIT, {"ActiveState": "failed", "Result": "start-limit-hit", "NRestarts": "0"}, [], [], None, [], [])
     assert d["cause"].startswith("systemd refused to start it again: it hit its start limit"), d["cause"]
     assert "systemctl reset-failed <unit> && systemctl start <unit>" in d["next"]
+
+
+def test_a_start_refused_for_its_listening_socket_names_the_socket_and_what_it_said():
+    # The restart stopped the old process (a clean exit), then its socket could not bind: the cause is the socket.
+    refused = {**pid1_message("Dependency failed for shop web (instance 1).", invocation=None),
+               "__REALTIME_TIMESTAMP": "1001000000"}
+    # As systemd 257's sd-listen says it (the unit first), then PID 1.
+    socket_said = ["shop-web@1.socket: Failed to create listening socket (127.0.0.1:8000): Address already in use",
+                   "Failed to listen on shop-web@1.socket - shop web listening socket (instance 1)."]
+    d = diagnosis("shop-web@1.service", {"ActiveState": "inactive"}, [exit_record("exited", "0"), refused], [], None,
+                  [], [], required=socket_said)
+    assert d["cause"] == ("systemd did not start it: a unit it requires failed to start (its listening socket: Failed "
+                          "to create listening socket (127.0.0.1:8000): Address already in use)"), d["cause"]
+    assert "sturdy_processes[].listen" in d["next"] and "systemctl start shop-web@1.service" in d["next"]
+    # A refusal before the last death is history: the death is the cause.
+    older = {**refused, "__REALTIME_TIMESTAMP": "900000000"}
+    d = diagnosis("shop-web@1.service", {}, [exit_record("killed", "9"), older], [], None, [], [])
+    assert d["cause"].startswith("it was killed"), d["cause"]

@@ -266,3 +266,22 @@ def test_a_watch_looks_at_every_unit_once_more_at_or_after_the_end_of_its_window
     state = {"InvocationID": "inv0", "MainPID": "100", "NRestarts": "0", "ActiveState": "active"}
     assert watch(fake.host(), {"a@1.service": state, "a@2.service": state}, until=1.5) == (None, None)
     assert all(max(t for n, t in seen if n == name) >= 1.5 for name in ("a@1.service", "a@2.service")), seen
+
+
+def test_the_journal_of_a_service_that_did_not_start_has_its_sockets_lines_too():
+    # A socket that could not bind: the service's own journal says only "Dependency failed"; the socket's says why.
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        if "--sync" in argv:
+            return 0, "", ""
+        return 0, ("shop-web@1.socket: Failed to create listening socket (127.0.0.1:8001): Address already in use\n"
+                   "shop-web@1.service: Job shop-web@1.service/start failed with result 'dependency'.\n"), ""
+
+    lines = Host(run, lambda url: True, clock=lambda: 0.0, wall=lambda: 1000.0, sleep=lambda s: None).journal(
+        "shop-web@1.service", 990.0, 20)
+    assert "Address already in use" in lines[0]
+    asked = [argv for argv in calls if "--sync" not in argv]
+    assert len(asked) == 1 and asked[0][asked[0].index("-u") + 1:asked[0].index("-u") + 4] == [
+        "shop-web@1.service", "-u", "shop-web@1.socket"]

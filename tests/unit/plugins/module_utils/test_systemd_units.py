@@ -206,6 +206,41 @@ def test_plan_celery_adapter_needs_the_app_and_gets_readiness_specs():
 
 
 CELERY = {"name": "worker", "command": ["/bin/w"], "adapter": "celery", "celery_app": "shop.celery"}
+WEB = {"name": "web", "command": ["/bin/web"]}
+
+
+def test_plan_gives_a_listening_process_type_a_socket_unit_per_instance():
+    (web,) = _plan([dict(WEB, instances=2, listen=["127.0.0.1:8000", 8001, "[::1]:8000"])])
+    assert web["socket_template"] == "shop-web@.socket"
+    assert web["listen"] == ["127.0.0.1:8000", "8001", "[::1]:8000"]
+    (one,) = _plan([dict(WEB, listen=8000)])
+    assert one["listen"] == ["8000"]
+    (binds,) = _plan([WEB])
+    assert (binds["listen"], binds["socket_template"]) == ([], "")
+
+
+@pytest.mark.parametrize(
+    ("listen", "message"),
+    [
+        ("localhost:8000", r"\.listen=\"localhost:8000\": \"localhost:8000\" is not a port or an address with a port"),
+        (["300.0.0.1:80"], r"\.listen=\[\"300.0.0.1:80\"\]: \"300.0.0.1:80\" is not a port"),
+        ([0], r"0 is not a port"),
+        ([65536], r"65536 is not a port"),
+        ([True], r"true is not a port"),
+        (["::1:80"], r"\"::1:80\" is not a port .* '\[::1\]:8000' for IPv6"),
+        (["/run/shop.sock"], r"is not a port"),
+        ([8000, "8000"], r"8000 is given twice"),
+    ],
+)
+def test_plan_refuses_a_listen_address_systemd_cannot_take(listen, message):
+    with pytest.raises(UnitSpecError, match=message):
+        _plan([dict(WEB, listen=listen)])
+
+
+def test_plan_refuses_a_surge_for_a_listening_process_type():
+    with pytest.raises(UnitSpecError, match=r"sturdy_processes\[web\]\.max_surge: with listen, systemd holds the "
+                                            r"listening socket .* Remove max_surge \(or listen\)"):
+        _plan([dict(WEB, instances=2, listen=[8000], max_surge=1)])
 
 
 def test_plan_splits_a_rate_limit_between_every_instance_of_the_play():
