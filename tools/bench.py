@@ -6,6 +6,7 @@ type of 2 instances per host, deploys build 0 everywhere (not timed), then times
   floor          tools/floor.py on host 1: the deploy's steps by hand, readiness and one smoke job per instance
   hosts-1        sturdy.workers.deploy A->B on host 1
   no-op          the same build again on host 1 (nothing to do)
+  scale          the live build again on host 1 with 3 instances, then with 2 again (config-only releases)
   hosts-2/4/8    A->B on 2, 4 and 8 hosts with the default batching (a canary, then the rest)
   serial 1       A->B on 8 hosts one host per batch (the default before the canary)
   backlog        A->B on host 1 while every slot runs a long task and more wait (restart phase against T)
@@ -67,7 +68,7 @@ all:
         queues: ["{{{{ bench_queue }}}}"]
         command: [venv/bin/celery, -A, shopdemo.celery, worker, --concurrency, "2", --loglevel, INFO,
                   --without-gossip, --without-mingle, -Q, "{{{{ bench_queue }}}}"]
-        instances: 2
+        instances: "{{{{ bench_instances | default(2) }}}}"
         max_task_runtime: 30
         max_surge: "{{{{ bench_surge | default(0) }}}}"
   children:
@@ -252,6 +253,8 @@ class Bench:
             "floor": lambda: self.floor("floor", HOSTS[0], self.build()),
             "hosts-1": lambda: hosts(1),
             "no-op": lambda: self.deploy("no-op", HOSTS[:1], self.last()),
+            "scale": lambda: (self.deploy("scale up", HOSTS[:1], self.last(), None, "-e", "bench_instances=3"),
+                              self.deploy("scale down", HOSTS[:1], self.last(), None, "-e", "bench_instances=2")),
             "hosts-2": lambda: hosts(2), "hosts-4": lambda: hosts(4), "hosts-8": lambda: hosts(8),
             "serial-1": lambda: hosts(8, "1"),
             "backlog": lambda: self.backlog(HOSTS[0]),
@@ -292,6 +295,8 @@ def summary(results: dict) -> list[str]:
     line("floor", what="1.00")
     line("hosts-1", "floor")
     line("no-op", "hosts-1")
+    line("scale up", "hosts-1", "hosts-1 (2 -> 3 instances)")
+    line("scale down", "hosts-1", "hosts-1 (3 -> 2 instances)")
     line("hosts-1 overlap", "floor")
     for n in (2, 4, 8):
         line(f"hosts-{n}", "hosts-1")

@@ -337,6 +337,13 @@ def test_more_instances_is_a_release_that_restarts_none_and_its_rollback_stops_o
     metrics = ("/etc/systemd/system/sturdy-metrics-shop.timer /etc/systemd/system/sturdy-metrics-shop.service "
                "/var/lib/prometheus/node-exporter/sturdy_shop.prom")
     assert all(host(name).run(f"ls {metrics}").rc == 0 for name in WORKERS)
+    # A scale: the live build again with a third instance. A release of its own, that restarts nothing; the metrics
+    # collector is given its new configuration (the instances it reads), its code is left as installed.
+    scaled = deploy(B1, sturdy_processes=unlimited(3))
+    assert scaled.returncode == 0, said(scaled)[-3000:]
+    for name in WORKERS:
+        assert "shop-worker@3.service" in host(name).check_output("cat /etc/sturdy-workers/shop.metrics.json")
+        assert invocation_ids(name) == before[name]
     # The same deploy turns the metrics off, as the README says it does: the timer and the file go.
     result = deploy(B1, sturdy_processes=unlimited(3), sturdy_metrics_enabled=False)
     assert result.returncode == 0, said(result)[-3000:]
