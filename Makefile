@@ -101,12 +101,12 @@ $(SANITY_VENV)/.installed: requirements.txt
 ## sanity: ansible-test sanity on a copy under ansible_collections/sturdy/workers
 sanity: $(SANITY_VENV)/.installed collection-copy
 	cd $(COLLECTION) && PATH=$(SANITY_VENV)/bin:$$PATH ansible-test sanity --python 3.13 --requirements --color no
-	# ansible-doc renders every module, filter and role
+	# ansible-doc renders every module, filter, lookup and role (one run per plugin type: each run loads the collection)
 	export ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/.build; \
-	  for m in plugins/modules/*.py; do ansible-doc sturdy.workers.$$(basename $$m .py) >/dev/null; done; \
-	  for f in plugins/filter/*.py; do ansible-doc -t filter sturdy.workers.$$(basename $$f .py) >/dev/null; done; \
-	  for f in plugins/lookup/*.py; do ansible-doc -t lookup sturdy.workers.$$(basename $$f .py) >/dev/null; done; \
-	  for r in roles/*/; do ansible-doc -t role sturdy.workers.$$(basename $$r) >/dev/null; done
+	  ansible-doc $$(for m in plugins/modules/*.py; do echo sturdy.workers.$$(basename $$m .py); done) >/dev/null && \
+	  ansible-doc -t filter $$(for f in plugins/filter/*.py; do echo sturdy.workers.$$(basename $$f .py); done) >/dev/null && \
+	  ansible-doc -t lookup $$(for f in plugins/lookup/*.py; do echo sturdy.workers.$$(basename $$f .py); done) >/dev/null && \
+	  ansible-doc -t role $$(for r in roles/*/; do echo sturdy.workers.$$(basename $$r); done) >/dev/null
 	# The execution environment: ansible-builder accepts the definition and finds the collection's requirements.
 	ansible-builder create -f execution-environment.yml -c .build/ee >/dev/null
 	# (to a file first: grep -q stops reading at its match, and a pipe's writer would die of SIGPIPE)
