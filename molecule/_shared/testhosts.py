@@ -155,6 +155,13 @@ def while_requests_flow(web: str, url: str, action):
     return result, answers
 
 
+def served_in_turn(answers: list[list], old: str, new: str) -> bool:
+    """The answers (while_requests_flow's) name build `old`, then build `new`, each at least once, no other, never
+    `old` again after `new`."""
+    builds = [a[1] for a in answers]
+    return set(builds) == {old, new} and builds == sorted(builds, key=[old, new].index)
+
+
 def unit_states(names: list[str], units: list[str]) -> dict[tuple[str, str], tuple[bool, str]]:
     """(running, NRestarts) of each of `units` on each host of `names`."""
     return {(name, unit): (host(name).service(unit).is_running, host(name).service(unit).systemd_properties["NRestarts"])

@@ -16,7 +16,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 # The tests import these from here.
 from testhosts import (  # noqa: E402,F401  # pylint: disable=unused-import
-    SSH_CFG, address, host, readme_command, recaps, said, wait_for, while_requests_flow, while_tasks_flow)
+    SSH_CFG, address, host, readme_command, recaps, said, served_in_turn, wait_for, while_requests_flow,
+    while_tasks_flow)
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
@@ -49,12 +50,6 @@ def pytest_itemcollected(item):
 
 # The web's readiness URL (group_vars/web.yml), fired at by while_requests_flow on the web host.
 HEALTH = "http://127.0.0.1:8000/health"
-
-
-def served_in_turn(answers: list[list], old: str, new: str) -> bool:
-    """The answers name build `old`, then build `new`, each at least once, no other, never `old` again after `new`."""
-    builds = [a[1] for a in answers]
-    return set(builds) == {old, new} and builds == sorted(builds, key=[old, new].index)
 
 
 def units_of(name: str) -> list[str]:

@@ -8,11 +8,14 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from conftest import HOSTS, WALK, command, host, lay_out, run, said, vault
+from conftest import HOSTS, WALK, command, host, lay_out, run, said, served_in_turn, vault, while_requests_flow
 
 B1, B2 = "2026.12.03-1", "2026.12.03-2"
 UNITS = ["ledger-worker@1.service", "ledger-worker@2.service", "ledger-sweeper@1.service"]
 BEAT = "ledger-beat@1.service"
+WEB = "ledger-web@1.service"
+# The web's readiness URL in the README's walkthrough (gunicorn on the socket systemd holds).
+HEALTH = "http://127.0.0.1:8080/health"
 SECRET = "s3cret"
 
 
@@ -77,6 +80,12 @@ def test_build_1_is_built_deployed_and_each_instance_is_its_own_celery_node():
     assert build_of("ownapp-bookworm", BEAT) == B1
     ticks = in_release("ownapp-trixie", "venv/bin/python -c 'import ledger.worker as w; print(w.tick())'")
     assert int(ticks.splitlines()[-1]) > 1, ticks
+    # gunicorn serves on the socket systemd holds for it, on both platforms, from build 1.
+    for container in HOSTS.values():
+        assert host(container).check_output("systemctl show -P Listen ledger-web@1.socket") == "127.0.0.1:8080 (Stream)"
+        assert build_of(container, WEB) == B1
+        assert json.loads(host(container).check_output(
+            f"python3 -c \"import urllib.request as u; print(u.urlopen('{HEALTH}').read().decode())\""))["build_id"] == B1
     # The sweeper is not Celery: its own smoke command proved each instance and its list.
     for name in HOSTS:
         assert report["hosts"][name]["instances"]["ledger-sweeper@1.service"]["smoke_build"] == B1
@@ -101,15 +110,26 @@ def test_status_shows_every_instance_on_build_1():
 
 def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1():
     succeeded(run(command("build", B2)))
-    deployed = run(command("deploy", B2))
+    # A client on each host firing requests at gunicorn through the deploy and the rollback: every one answered 200,
+    # by the old build until its restart and by the new one after it, none refused.
+    (deployed, trixie), bookworm = while_requests_flow("ownapp-bookworm", HEALTH, lambda: while_requests_flow(
+        "ownapp-trixie", HEALTH, lambda: run(command("deploy", B2))))
     succeeded(deployed)
+    for answers in (bookworm, trixie):
+        assert [a for a in answers if a[0] != 200] == [], [a for a in answers if a[0] != 200][:5]
+        assert served_in_turn(answers, B1, B2), answers
     # Beat stays where it runs: nothing moved, nothing said.
     assert "now run on" not in deployed.stdout, deployed.stdout[-3000:]
     assert {current(c) for c in HOSTS.values()} == {B2}
-    assert {build_of(c, u) for c in HOSTS.values() for u in UNITS} == {B2}
-    succeeded(run(command("rollback")))
+    assert {build_of(c, u) for c in HOSTS.values() for u in [*UNITS, WEB]} == {B2}
+    (rolled, trixie), bookworm = while_requests_flow("ownapp-bookworm", HEALTH, lambda: while_requests_flow(
+        "ownapp-trixie", HEALTH, lambda: run(command("rollback"))))
+    succeeded(rolled)
+    for answers in (bookworm, trixie):
+        assert [a for a in answers if a[0] != 200] == [], [a for a in answers if a[0] != 200][:5]
+        assert served_in_turn(answers, B2, B1), answers
     assert {current(c) for c in HOSTS.values()} == {B1}
-    assert {build_of(c, u) for c in HOSTS.values() for u in UNITS} == {B1}
+    assert {build_of(c, u) for c in HOSTS.values() for u in [*UNITS, WEB]} == {B1}
     answer = json.loads(in_release("ownapp-bookworm", "bin/ledger-post acct-8 1").splitlines()[-1])
     assert answer["cents"] == 1
     # One beat through both deploys and the rollback, on build 1 again.
