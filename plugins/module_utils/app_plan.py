@@ -15,7 +15,13 @@ import posixpath
 import re
 from typing import Any
 
-from ansible_collections.sturdy.workers.plugins.module_utils.names import HISTORY, MAINTENANCE_LOCK, PAUSED, TASK_RECORDS
+from ansible_collections.sturdy.workers.plugins.module_utils.names import (
+    HISTORY,
+    MAINTENANCE_LOCK,
+    PAUSED,
+    TASK_RECORDS,
+    socket_unit,
+)
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_delivery import SecretSpecError, layout
 
 APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -303,7 +309,7 @@ def plan(
         "metrics_config": metrics_config,
         "marker": marker(app),
         "unit_dir": UNIT_DIR,
-        "unit_files": [template_unit(app, "*"), template_unit(app, "*").replace(".service", ".socket"),
+        "unit_files": [template_unit(app, "*"), socket_unit(template_unit(app, "*")),
                        target_unit(app)],
         "instance_pattern": instance_pattern(app),
         "user": user,

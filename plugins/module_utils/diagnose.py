@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.sturdy.workers.plugins.module_utils.app_status import UNIT_PROCESS_EXIT, exit_words
+from ansible_collections.sturdy.workers.plugins.module_utils.names import socket_unit
 
 TRACEBACK_START = "Traceback (most recent call last):"
 # PID 1's own words about a unit (systemd's core/service.c), and what they mean for the operator.
@@ -236,7 +237,7 @@ def diagnosis(unit: str, props: dict, pid1: list[dict], output: list[dict], memo
     oom = oom_events(memory_events) > 0 or bool(ooms)
     if "dependency" in signs:
         # The reason ("Failed to create listening socket (...): Address already in use") before the outcome.
-        said = [m.strip().split(": ", 1)[-1] if m.strip().startswith(unit.rsplit(".", 1)[0]) else m.strip()
+        said = [m.strip().split(": ", 1)[-1] if m.strip().startswith(socket_unit(unit)) else m.strip()
                 for m in required or [] if m.strip()]
         told = ([m for m in said if m.startswith("Failed to create")]
                 or [m for m in said if "listening socket (" in m] or said)[-1:]

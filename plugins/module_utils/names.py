@@ -39,3 +39,9 @@ TASK_COUNTS = "sturdy-counts"
 # Deliveries of a message after which the agent moves it to its dead-letter queue, unless a process type sets
 # max_deliveries.
 DEFAULT_MAX_DELIVERIES = 5
+
+
+def socket_unit(service: str) -> str:
+    """The socket unit that holds the port of a service (sturdy_processes[].listen): shop-web@1.service ->
+    shop-web@1.socket, shop-web@.service -> shop-web@.socket."""
+    return service.rsplit(".", 1)[0] + ".socket"

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ansible_collections.sturdy.workers.plugins.module_utils.names import socket_unit
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import (
     WATCH_PROPERTIES,
     crash_signs,
@@ -61,7 +62,7 @@ class Host:
             self.run(["journalctl", "--sync"])
             # Everything since the restart, cut here: with --since, journalctl -n gives the first lines, not the last.
             # With the socket of a service that listens (sturdy_processes[].listen): why it could not bind.
-            sockets = ["-u", name[:-len(".service")] + ".socket"] if name.endswith(".service") else []
+            sockets = ["-u", socket_unit(name)] if name.endswith(".service") else []
             rc, out, dummy = self.run(["journalctl", "--no-pager", "--quiet", "-o", "short-iso", "-u", name, *sockets,
                                        "--since", f"@{int(since) - 1}"])
             if rc != 0 or attempt == 9 or any(mark in out for mark in EXIT_MARKS):

@@ -14,7 +14,7 @@ import math
 import re
 from typing import Any
 
-from ansible_collections.sturdy.workers.plugins.module_utils.names import DEFAULT_MAX_DELIVERIES
+from ansible_collections.sturdy.workers.plugins.module_utils.names import DEFAULT_MAX_DELIVERIES, socket_unit
 
 # RestartSteps= and RestartMaxDelaySec= exist from systemd 254 on (systemd NEWS v254).
 RESTART_BACKOFF_MIN_SYSTEMD = 254
@@ -302,7 +302,7 @@ def plan_processes(
                                 "restarts, so connections wait for it instead of being refused: no surge is needed, "
                                 "and a surge instance's socket would outlive it. Remove max_surge (or listen)")
         # One socket unit per instance (ReusePort: the instances share the port), handed to its service.
-        proc["socket_template"] = proc["template"].replace("@.service", "@.socket") if proc["listen"] else ""
+        proc["socket_template"] = socket_unit(proc["template"]) if proc["listen"] else ""
         proc["rate_per_instance"] = rate_per_instance(name, proc.get("rate_limit"), fleet or [processes])
         proc["watchdog_sec"] = int(proc.get("watchdog_sec") or 0)
         argv = [str(a) for a in proc.get("command") or []]

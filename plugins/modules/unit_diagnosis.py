@@ -105,6 +105,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.diagnose import (
     last_failure,
     summary,
 )
+from ansible_collections.sturdy.workers.plugins.module_utils.names import socket_unit
 from ansible_collections.sturdy.workers.plugins.module_utils.secret_mask import host_masker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import ENV, parse_show
 
@@ -196,7 +197,7 @@ def main():
             # start attempt. (-u: systemd 257 binds in a helper, sd-listen, which logs the reason itself.)
             required = [str(r.get("MESSAGE", "")) for r in parse_journal(run(
                 ["journalctl", "--no-pager", "-o", "json", f"--since=@{int(refused) - 5}", "-n", "20", "-u",
-                 f"{unit.rsplit('.', 1)[0]}.socket"], check=False))
+                 socket_unit(unit)], check=False))
                 if int(r.get("__REALTIME_TIMESTAMP", "0")) / 1e6 <= refused + 1]
         d = diagnosis(unit, props, pid1, output, memory_events, kernel, tasks, required)
         diagnoses.append(d)
