@@ -109,4 +109,5 @@ def test_the_required_alerts_are_there():
     assert [group["name"] for group in yaml.safe_load(RULES.read_text())["groups"]] == ["sturdy.workers"]
     assert {rule["alert"] for rule in alerts()} >= {
         "SturdyQueueTooOld", "SturdyQueueNoConsumers", "SturdyQueueUnreadable", "SturdyCrashLooping",
-        "SturdyInstanceDown", "SturdyOldRelease", "SturdyBuildSkew", "SturdyDeployFailed", "SturdyMetricsStale"}
+        "SturdyInstanceDown", "SturdyOldRelease", "SturdyBuildSkew", "SturdyDeployFailed", "SturdyMetricsStale",
+        "SturdyDeadLetters", "SturdyNewBuildFailing"}
