@@ -1,7 +1,7 @@
 """The faults scenario, continued (collected after test_faults.py, in the same ordered xdist group): deploys and
 messages under load. A build that drops a task with queued messages, a poison task in a backlog, a deploy under a
-backlog of long tasks, the broker stopped mid-rollout, 5,000 tasks through a deploy; last, no secret in the whole
-scenario's Ansible log.
+backlog of long tasks, the broker stopped mid-rollout, 5,000 tasks through a deploy; then the Grafana dashboard drawn
+from what Prometheus scraped of all that; last, no secret in the whole scenario's Ansible log.
 """
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ import json
 import re
 import subprocess
 import time
+from pathlib import Path
+from urllib.parse import urlencode
 
 from testhosts import flood, unit_states
 from conftest import (APPS, BOOKWORM, BROKER, SECRET, TRIXIE, WEB, WORKER_UNITS, WORKERS, current, dead_letters,
-                      deploy, deploy_cmd, deploy_while, host, no_secret_in_the_ansible_log, readme_command, report,
-                      run_as_readme, runs_of, said, wait_for)
+                      deploy, deploy_cmd, deploy_while, host, no_secret_in_the_ansible_log, prometheus, readme_command,
+                      report, run_as_readme, runs_of, said, wait_for)
 
 B1, B2, B5 = "2026.11.29-1", "2026.11.29-2", "2026.11.29-5"
+DASHBOARD = Path(__file__).resolve().parents[3] / "roles" / "observe" / "files" / "sturdy_workers.dashboard.json"
 
 
 def default_queue(web) -> dict:
@@ -281,6 +284,30 @@ def test_5000_tasks_flow_through_a_two_host_deploy_each_run_once_and_every_insta
     assert runs == once, (runs, stops)
     print(f"5,000 tasks through deploy {build} in {rep['seconds']}s: queue depth at most {max(depths)}, oldest message "
           f"at most {oldest}s old during the deploy; stop waits {stops}")
+
+
+def test_the_grafana_dashboard_draws_every_panel_and_the_deploys_from_what_prometheus_scraped():
+    """Each panel's queries and the deploy annotation, as Grafana sends them (environment shop, every app, the last
+    hour in 15 s steps), against the scenario's Prometheus (it scraped every app host's node_exporter throughout):
+    each draws series, but RQ's failed jobs of a Celery app; the 5,000-task deploy above is among the deploys.
+    A panel whose query matches nothing (a metric or label renamed on one side) fails the first assertion."""
+    dash = json.loads(DASHBOARD.read_text())
+    queries = [(f"{panel['title']} {target['refId']}", target["expr"])
+               for panel in dash["panels"] for target in panel.get("targets", [])]
+    queries += [(f"annotation {note['name']}", note["expr"]) for note in dash["annotations"]["list"] if "expr" in note]
+    now, drawn = time.time(), {}
+    for where, expr in queries:
+        query = expr.replace("$job", "shop").replace("$app", ".+").replace("$__rate_interval", "1m")
+        answer = prometheus("query_range?" + urlencode({"query": query, "start": now - 3600, "end": now, "step": 15}))
+        assert answer["status"] == "success", (where, answer)
+        drawn[where] = answer["data"]["result"]
+    assert [where for where, series in drawn.items() if not series] == ["Dead letters and failed jobs B"], drawn
+    builds = {series["metric"]["build"] for series in drawn["Builds per process A"]}
+    assert current(TRIXIE) in builds, builds
+    deploys = {(series["metric"]["app"], series["metric"]["result"]) for series in drawn["annotation Deploys"]}
+    assert ("shop", "success") in deploys, deploys
+    # Tasks ran under more than one build in that hour, each with its outcomes.
+    assert len({series["metric"]["build"] for series in drawn["Tasks by outcome and build A"]}) >= 2
 
 
 def test_no_secret_value_is_anywhere_in_the_ansible_log_of_the_whole_scenario():
