@@ -58,7 +58,8 @@ class CeleryAdapter:
                  f"{timeout:g}", *queues]]
 
     @staticmethod
-    def parse(outputs: list[str], queues: list[str]) -> list[dict]:
+    def parse(outputs: list[str], queues: list[str], seconds: list[float]) -> list[dict]:
+        # The client measures each answer's latency itself.
         return json_line(outputs[0], list)
 
 
@@ -94,13 +95,14 @@ class CommandAdapter:
                 for queue in queues]
 
     @staticmethod
-    def parse(outputs: list[str], queues: list[str]) -> list[dict]:
+    def parse(outputs: list[str], queues: list[str], seconds: list[float]) -> list[dict]:
+        """One entry per queue; its latency is how long its smoke command ran (sending the job and waiting)."""
         found = []
-        for queue, out in zip(queues, outputs):
+        for queue, out, took in zip(queues, outputs, seconds):
             try:
-                found.append({"queue": queue, "ok": True, "answer": json_line(out, dict)})
+                found.append({"queue": queue, "ok": True, "answer": json_line(out, dict), "latency": took})
             except AdapterError as exc:
-                found.append({"queue": queue, "ok": False, "error": str(exc)})
+                found.append({"queue": queue, "ok": False, "error": str(exc), "latency": took})
         return found
 
 

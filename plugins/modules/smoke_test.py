@@ -137,6 +137,7 @@ reliability_warnings:
 
 import os
 import socket
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -190,19 +191,21 @@ def main():
         module.fail_json(msg=str(exc))
 
     def send(queues: list[str]) -> list[dict]:
-        outputs = []
+        outputs, seconds = [], []
         for argv in adapter.commands(release, queues, p["timeout"]):
             # The client waits up to the timeout for the broker to take the jobs, then as long for the answers.
             limit = 2 * p["timeout"] + 30
             cmd = transient_argv(p["user"], p["group"], release, p["properties"], p["environment"], argv)
+            began = time.monotonic()
             rc, out, err = run_bounded(module.run_command, cmd, limit)
+            seconds.append(round(time.monotonic() - began, 3))
             if rc != 0:
                 tail = "\n".join((out + err).strip().splitlines()[-15:])
                 module.fail_json(msg=f"The smoke client failed on {host} (rc {rc}), run from {release} as {p['user']} "
                                      f"with the units' secrets. Its output:\n{tail}")
             outputs.append(out)
         try:
-            return adapter.parse(outputs, queues)
+            return adapter.parse(outputs, queues, seconds)
         except AdapterError as exc:
             module.fail_json(msg=f"smoke test on {host}: {exc}")
         return []

@@ -52,9 +52,9 @@ def test_celery_adapter_runs_the_agent_client_from_the_release_and_reads_its_las
     assert argv[:4] == ["/srv/shop/releases/7/venv/bin/python", "-m", "sturdy_agent", "smoke"]
     assert argv[-2:] == ["q1", "q2"] and "20" in argv
     out = "some log line\n" + json.dumps([{"queue": "q1", "ok": True}]) + "\n"
-    assert adapter.parse([out], ["q1"]) == [{"queue": "q1", "ok": True}]
+    assert adapter.parse([out], ["q1"], [0.3]) == [{"queue": "q1", "ok": True}]
     with pytest.raises(AdapterError, match="no JSON answer"):
-        adapter.parse(["Traceback ..."], ["q1"])
+        adapter.parse(["Traceback ..."], ["q1"], [0.3])
 
 
 def test_rq_adapter_runs_the_agents_rq_client_from_the_release_with_no_celery_app():
@@ -62,7 +62,8 @@ def test_rq_adapter_runs_the_agents_rq_client_from_the_release_with_no_celery_ap
     [argv] = adapter.commands("/srv/parcel/releases/3", ["sturdy.smoke.parcel-worker@1.h", "parcel.scales"], 15)
     assert argv == ["/srv/parcel/releases/3/venv/bin/python", "-m", "sturdy_agent", "rq-smoke", "--timeout", "15",
                     "sturdy.smoke.parcel-worker@1.h", "parcel.scales"]
-    assert adapter.parse(["log\n" + json.dumps([{"queue": "parcel.scales", "ok": True}])], ["parcel.scales"]) == [
+    assert adapter.parse(["log\n" + json.dumps([{"queue": "parcel.scales", "ok": True}])], ["parcel.scales"],
+                         [0.2]) == [
         {"queue": "parcel.scales", "ok": True}]
 
 
@@ -71,9 +72,10 @@ def test_command_adapter_runs_once_per_queue_and_reports_a_bad_answer_per_queue(
     cmds = adapter.commands("/srv/a/releases/1", ["q1", "q2"], 5)
     assert [c[1] for c in cmds] == ["STURDY_SMOKE_QUEUE=q1", "STURDY_SMOKE_QUEUE=q2"]
     assert cmds[0][3:] == ["/srv/a/releases/1/bin/smoke", "--x"]
-    found = adapter.parse(['{"build_id": "1"}', "oops"], ["q1", "q2"])
-    assert found[0] == {"queue": "q1", "ok": True, "answer": {"build_id": "1"}}
-    assert found[1]["ok"] is False and "no JSON answer" in found[1]["error"]
+    found = adapter.parse(['{"build_id": "1"}', "oops"], ["q1", "q2"], [0.41, 2.5])
+    # Each queue's latency is how long its command ran: the report says "in 0.41s", never "in Nones".
+    assert found[0] == {"queue": "q1", "ok": True, "answer": {"build_id": "1"}, "latency": 0.41}
+    assert found[1]["ok"] is False and "no JSON answer" in found[1]["error"] and found[1]["latency"] == 2.5
 
 
 def test_check_answer_names_every_difference():
