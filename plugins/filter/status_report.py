@@ -201,7 +201,7 @@ def status_report(results: dict, app: str, now: float, queue_age_limit: float = 
         last_run["missing"] = []
         summary.append("last run: " + describe(last_run) + " (all runs: ansible-playbook sturdy.workers.history)")
     summary += [f"PAUSED {text} on {', '.join(h)}: they take no message, the queues grow on purpose (no problem is "
-                "raised for it); running tasks finished. Next, when it is over: ansible-playbook sturdy.workers.resume"
+                "raised for it); the tasks they were running finish. Next, when it is over: ansible-playbook sturdy.workers.resume"
                 for text, h in sorted(pauses.items())]
     summary += [f"PROBLEM {p}" for p in problems]
     return {"app": app, "time": now, "builds": builds, "releases": releases, "running": running, "queues": queues,

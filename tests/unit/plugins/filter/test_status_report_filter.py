@@ -156,8 +156,8 @@ def test_a_pause_is_shown_once_for_its_hosts_and_its_queues_raise_no_problem():
     assert rep["problems"] == [], rep["problems"]
     assert [line for line in rep["summary"] if line.startswith("PAUSED")] == [
         'PAUSED every worker by alice@ci-7 since 2026-12-07T02:00:00+00:00: "broker upgrade" on w1, w2: they take no '
-        "message, the queues grow on purpose (no problem is raised for it); running tasks finished. Next, when it is "
-        "over: ansible-playbook sturdy.workers.resume"]
+        "message, the queues grow on purpose (no problem is raised for it); the tasks they were running finish. Next, "
+        "when it is over: ansible-playbook sturdy.workers.resume"]
     # Unpaused, the same queue is a problem.
     rep = status_report({"w1": dict(host("b2", ("worker", [inst("shop-worker@1.service", "b2")])),
                                     queues=[dict(queue, paused=False)])}, "shop", 0.0)
