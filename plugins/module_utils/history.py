@@ -13,14 +13,14 @@ import time
 
 # What a line holds; anything else an entry carries is dropped (a line stays one readable line).
 FIELDS = ("run", "kind", "host", "who", "awx_user", "awx_job", "started", "finished", "from", "to", "result",
-          "summary")
+          "summary", "units_started", "units_stopped")
 # A summary longer than this is cut: the report file keeps the whole run.
 SUMMARY_CHARS = 400
 
 
 def entry_line(entry: dict, now: float | None = None) -> bytes:
     """The line `entry` is recorded as: its known fields, `finished` defaulting to now."""
-    line = {k: entry.get(k) for k in FIELDS if entry.get(k) not in (None, "")}
+    line = {k: entry.get(k) for k in FIELDS if entry.get(k) not in (None, "", [])}
     line.setdefault("finished", round(time.time() if now is None else now, 3))
     for k in ("started", "finished"):
         if k in line:
@@ -117,6 +117,22 @@ def _by_value(run: dict, value) -> str:
     return "; ".join(f"{v} on {', '.join(h)}" for v, h in seen.items())
 
 
+def kind(run: dict) -> str:
+    """The run's kind; a deploy that kept every host's build and made a new release of its config is `config`, and
+    `scale` with the instances it started and stopped (the way to scale: change `instances`, deploy the live build)."""
+    entries = list(run["hosts"].values())
+    if run["kind"] != "deploy" or not entries or not all(
+            e.get("from") and e.get("to") and e["from"] != e["to"]
+            and e["from"].split("~")[0] == e["to"].split("~")[0] for e in entries):
+        return run["kind"]
+    started = sum(len(e.get("units_started") or []) for e in entries)
+    stopped = sum(len(e.get("units_stopped") or []) for e in entries)
+    if not started and not stopped:
+        return "config"
+    return "scale (" + ", ".join(f"{n} instance(s) {what}" for n, what in ((started, "started"), (stopped, "stopped"))
+                                 if n) + ")"
+
+
 def describe(run: dict) -> str:
     """One line: when it ended, kind, releases, result, duration, who, its hosts, the summary."""
     took = ""
@@ -131,5 +147,5 @@ def describe(run: dict) -> str:
     moved = _by_value(run, lambda e: f"{e.get('from') or '(none)'} -> {e.get('to') or '(none)'}")
     result = _by_value(run, lambda e: e.get("result") or "unknown")
     stamp = _stamp(run["finished"]) if run.get("finished") is not None else "(no time)"
-    line = f"{stamp}  {run['kind']} {moved}: {result}{took}, by {who}, {where}"
+    line = f"{stamp}  {kind(run)} {moved}: {result}{took}, by {who}, {where}"
     return line + (f" - {run['summary']}" if run.get("summary") else "")

@@ -78,3 +78,21 @@ def test_no_run_recorded_and_a_host_not_read_are_each_said():
         "No deploy, rollback or restart is recorded on w1, w2 (the history starts with the first run of a collection "
         "version that writes it).",
         "NOT READ: w3 (unreachable or failed): their runs are missing above."]
+
+
+def test_a_release_of_the_live_build_is_a_config_run_or_a_scale_naming_the_instances():
+    config = {"w1": [entry("c-1", "w1", finished=1010.0, **{"from": "b2", "to": "b2~2"})]}
+    assert history_lines(config)[0].startswith("1970-01-01 00:16:50 UTC  config b2 -> b2~2: success")
+    scale = {host: [entry("s-1", host, finished=1020.0, units_started=["shop-worker@3.service"],
+                          **{"from": "b2~2", "to": "b2~3"})] for host in ("w1", "w2")}
+    assert "  scale (2 instance(s) started) b2~2 -> b2~3: success" in history_lines(scale)[0]
+    scale["w1"][0].update(units_started=[], units_stopped=["shop-worker@3.service", "shop-worker@4.service"])
+    scale["w2"][0].update(units_started=[], units_stopped=["shop-worker@3.service"])
+    assert "  scale (3 instance(s) stopped) b2~2 -> b2~3" in history_lines(scale)[0]
+    # A new build, or the same release deployed again, stays a deploy.
+    assert "  deploy b2~3 -> b3: " in history_lines({"w1": [entry("d", "w1", **{"from": "b2~3", "to": "b3"})]})[0]
+    assert "  deploy b3 -> b3: " in history_lines({"w1": [entry("d", "w1", **{"from": "b3", "to": "b3"})]})[0]
+    # What a host records: the lists, only when not empty.
+    line = json.loads(history.entry_line(entry("s-1", "w1", units_started=["shop-worker@3.service"],
+                                               units_stopped=[])))
+    assert line["units_started"] == ["shop-worker@3.service"] and "units_stopped" not in line
