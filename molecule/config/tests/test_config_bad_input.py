@@ -97,6 +97,10 @@ ROWS = [
     ("singleton host unknown", {"sturdy_worker_singleton_host": "no-such-host", "sturdy_processes": [
         worker(), {"name": "beat", "command": ["bin/shop-worker"], "singleton": True}]},
      "sturdy_worker_singleton_host=no-such-host is not a host of this inventory"),
+    # Run by AWX as one slice of a sliced job template (AWX names the slices' workflow after the template).
+    ("a slice of an AWX job", {"awx_job_template_name": "Deploy shop", "awx_workflow_job_name": "Deploy shop",
+                               "awx_job_id": 42, "awx_user_name": "alice"},
+     "Set the job template's Job Slicing to 1"),
     # Host variables, from an inventory given beside molecule's: the hosts of one play hold different batches.
     ("batches differ between hosts", {"inventory": {BOOKWORM: {"sturdy_deploy_serial": 1},
                                                     TRIXIE: {"sturdy_deploy_serial": "100%"}}},
