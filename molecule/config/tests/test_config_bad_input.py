@@ -100,7 +100,7 @@ ROWS = [
     # Run by AWX as one slice of a sliced job template (AWX names the slices' workflow after the template).
     ("a slice of an AWX job", {"awx_job_template_name": "Deploy shop", "awx_workflow_job_name": "Deploy shop",
                                "awx_job_id": 42, "awx_user_name": "alice"},
-     "Set the job template's Job Slicing to 1"),
+     "Job Slicing to 1 (a deploy must see every host at once)"),
     # Host variables, from an inventory given beside molecule's: the hosts of one play hold different batches.
     ("batches differ between hosts", {"inventory": {BOOKWORM: {"sturdy_deploy_serial": 1},
                                                     TRIXIE: {"sturdy_deploy_serial": "100%"}}},
