@@ -20,7 +20,7 @@ export ANSIBLE_INJECT_FACT_VARS := false
 export NO_COLOR := 1
 export ANSIBLE_NOCOLOR := 1
 
-.PHONY: test checks lint sanity unit docs chromium molecule molecule-collections bench bench-clean demo demo-clean host-packages venv promtool images collection-copy collection-install clean
+.PHONY: test checks lint sanity unit docs chromium molecule molecule-collections bench bench-clean demo demo-clean host-packages venv promtool images ee collection-copy collection-install clean
 
 ## test: everything CI runs (lint, sanity, unit tests, the docs site, every molecule scenario on bookworm and trixie)
 # The static checks run one after another beside the molecule lanes, on the core the lanes leave idle while their
@@ -28,7 +28,7 @@ export ANSIBLE_NOCOLOR := 1
 test: venv images promtool molecule-collections
 	$(MAKE) --no-print-directory -j2 --output-sync=target molecule checks
 checks:
-	$(MAKE) --no-print-directory -j1 lint sanity unit docs
+	$(MAKE) --no-print-directory -j1 lint sanity unit docs ee
 
 ## host-packages: podman, runc and debootstrap from apt (with recommends: aardvark-dns resolves names)
 host-packages:
@@ -57,6 +57,19 @@ $(PROMTOOL_BIN):
 images: host-packages
 	testbed/ensure-image.sh bookworm localhost/sturdy-systemd:12
 	testbed/ensure-image.sh trixie localhost/sturdy-systemd:13
+
+## ee: the execution environment image, as AWX runs jobs in one (ee/build.sh): Debian trixie, ansible-core and
+# ansible-runner, the collection installed from the tarball `ansible-galaxy collection build` makes; rebuilt when the
+# recipe or the collection's content changes. The ownapp scenario deploys through it (ansible-runner, navigator).
+EE_VERSION := $(shell awk '/^version:/{print $$2}' galaxy.yml)
+EE_IMAGE := localhost/sturdy-workers-ee:$(EE_VERSION)
+# ansible-navigator refuses podman without /dev/mqueue (POSIX message queues), which hosts mount and this sandbox lacks.
+ee: host-packages venv
+	@mountpoint -q /dev/mqueue || { mkdir -p /dev/mqueue && mount -t mqueue mqueue /dev/mqueue; }
+	rm -rf $(CURDIR)/.build/ee-dist
+	ansible-galaxy collection build $(CURDIR) --output-path $(CURDIR)/.build/ee-dist >/dev/null
+	mkdir -p $(CURDIR)/.build && flock $(CURDIR)/.build/ee.lock ee/build.sh \
+	  $(CURDIR)/.build/ee-dist/sturdy-workers-$(EE_VERSION).tar.gz $(EE_IMAGE)
 
 ## lint: yamllint, ansible-lint (production profile), defaults vs argument_specs
 lint: venv
