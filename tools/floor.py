@@ -97,7 +97,9 @@ def floor(t: Transport, artifact: Path, build: str, app: str, process: str, inst
     # The units carry the build (the environment and every journal line): rewritten, as the deploy does.
     t.sh(f"set -e; cd {root}; old=$(readlink current); ln -sfn releases/{build} .current.new; mv -T .current.new current; "
          f"ln -sfn $old .previous.new; mv -T .previous.new previous; "
-         f"sed -i 's/STURDY_BUILD_ID=[^\" ]*/STURDY_BUILD_ID={build}/' /etc/systemd/system/{app}-{process}@.service; "
+         # The units name the release by its path (WorkingDirectory=, ExecStart=) and carry the build.
+         f"sed -i -e 's/STURDY_BUILD_ID=[^\" ]*/STURDY_BUILD_ID={build}/' -e \"s#{root}/$old/#{release}/#g\" "
+         f"-e \"s#{root}/$old\\$#{release}#\" /etc/systemd/system/{app}-{process}@.service; "
          "systemctl daemon-reload")
     mark("switch")
     host = t.sh("hostname").strip()
