@@ -191,7 +191,7 @@ class Window:
 
 def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout: float = 60, journal_lines: int = 25,
          groups: list | None = None, only: list | None = None, defer_settle: bool = False,
-         overlap_settle: bool = False) -> dict:
+         overlap_settle: bool = True) -> dict:
     """Restart the units of each process type in turn (`groups`, or `units` as one type restarted one at a time).
 
     A type with surge units starts them first, on the new code, and proves them ready and stable before any of its
@@ -200,10 +200,12 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
     batch is stable the surge units are told to stop (a warm shutdown: they finish their running tasks and exit
     without the deploy waiting on them).
 
-    With `overlap_settle`, a batch counts as back once ready: the next one restarts while its settle window runs,
-    and it is checked after every later restart and watched to the end of its window before the type's surge units
-    stop and before the loop returns (a unit that does not stay up still stops the rollout, naming it, but the
-    batches restarted meanwhile run the new code too).
+    With `overlap_settle`, a batch after the type's first counts as back once ready: the next one restarts while
+    its settle window runs, and it is checked after every later restart and watched to the end of its window before
+    the type's surge units stop and before the loop returns (a unit that does not stay up still stops the rollout,
+    naming it, but the batches restarted meanwhile run the new code too). The first batch (or the surge units) is
+    watched to the end of its window before any other restarts, so a build that dies soon after it is ready is
+    caught while the rest run the old one, and a host's restart takes one window, not one per batch.
 
     With `defer_settle`, the last batch (with `overlap_settle`, every batch still in its window) is not watched here
     once ready, unless its type has surge instances (they stop only after it is stable): it is returned as
@@ -256,7 +258,10 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
             before = {u["name"]: host.show(u["name"]) for u in batch}
             since, started = host.wall(), host.clock()
             last = index == len(plan) - 1 and number == len(runs) - 1
-            watched_later = overlap_settle or (defer_settle and not surge and last)
+            # The first batch of a type without surge instances proves the build stays up while the rest still run
+            # the old one: it is watched to the end of its window even with overlap_settle (the surge instances do
+            # that for a type that has them).
+            watched_later = (overlap_settle and (bool(surge) or number > 0)) or (defer_settle and not surge and last)
             now, ready, bad, why = bring_up(host, "restart", batch, 0 if watched_later else settle, ready_timeout)
             if bad:
                 _drain(host, surge)

@@ -57,13 +57,18 @@ options:
     default: 5
   overlap_settle:
     description:
-      - Count a restarted batch as back once it is ready, and restart the next while its O(settle) window runs. Each
-        window is checked after every later restart and watched to its end before surge units stop and before the
-        task returns (with O(defer_settle), the windows still running are returned in RV(settling)). A unit that does
-        not stay up still fails the task, naming it; the batches restarted meanwhile run the new code too.
+      - Count a restarted batch after the first of its process type as back once it is ready, and restart the next
+        while its O(settle) window runs. The first batch (or the surge units, for a type that has some) is watched
+        to the end of its window before any other restarts, so a build that dies soon after it is ready is caught
+        while the rest still run the old one. Each later window is checked after every later restart and watched to
+        its end before surge units stop and before the task returns (with O(defer_settle), the windows still
+        running are returned in RV(settling)). A unit that does not stay up still fails the task, naming it; the
+        batches restarted meanwhile run the new code too.
+      - A host's restart then takes one window and a start per batch, whatever the number of batches.
       - Off, each batch is watched to the end of its window before the next restarts.
+      -
     type: bool
-    default: false
+    default: true
     version_added: 0.4.0
   defer_settle:
     description:
@@ -198,7 +203,7 @@ def main():
             "only": {"type": "list", "elements": "str"},
             "settle": {"type": "float", "default": 5},
             "defer_settle": {"type": "bool", "default": False},
-            "overlap_settle": {"type": "bool", "default": False},
+            "overlap_settle": {"type": "bool", "default": True},
             "settling": {"type": "dict"},
             "ready_timeout": {"type": "float", "default": 60},
             "journal_lines": {"type": "int", "default": 25},

@@ -63,7 +63,7 @@ def restarts(fake, verb="restart"):
 
 def test_units_restart_in_order_each_settled_before_the_next():
     fake = FakeSystemd(["a@1.service", "a@2.service"])
-    done = roll(fake.host(), ["a@1.service", {"name": "a@2.service"}], settle=2)["restarted"]
+    done = roll(fake.host(), ["a@1.service", {"name": "a@2.service"}], settle=2, overlap_settle=False)["restarted"]
     assert [d["name"] for d in done] == ["a@1.service", "a@2.service"] == restarts(fake)
     # Each was watched for the settle window before the next restart.
     assert all(d["seconds"] >= 2 for d in done)
@@ -79,7 +79,7 @@ def test_a_crash_loop_stops_the_rollout_and_names_the_untouched_units():
     fake = FakeSystemd(["a@1.service", "a@2.service", "a@3.service"], crash_after={"a@2.service": 2},
                        journal="Traceback\nRuntimeError: broken on purpose\nMain process exited, code=exited\n")
     with pytest.raises(RolloutError) as err:
-        roll(fake.host(), ["a@1.service", "a@2.service", "a@3.service"], settle=5)
+        roll(fake.host(), ["a@1.service", "a@2.service", "a@3.service"], settle=5, overlap_settle=False)
     assert err.value.failed_unit == "a@2.service"
     assert "a@2.service did not come up on the new code: systemd restarted it on its own" in err.value.msg
     assert "Not restarted, still on the code they ran: a@3.service" in err.value.msg
@@ -205,40 +205,60 @@ def test_a_deferred_settle_leaves_the_last_batch_to_the_caller_and_still_catches
 def test_a_deferred_settle_is_not_taken_where_surge_instances_wait_for_the_last_batch():
     fake = FakeSystemd(["a@1.service", "a@2.service", "a@s1.service"])
     done = roll(fake.host(), groups=[{"units": ["a@1.service", "a@2.service"], "surge": ["a@s1.service"],
-                                      "max_unavailable": 1}], settle=3, defer_settle=True)
+                                      "max_unavailable": 1}], settle=3, defer_settle=True, overlap_settle=False)
     assert done["settling"] == {} and all(d["seconds"] >= 3 for d in done["restarted"])
 
 
 def test_overlapped_settle_restarts_the_next_batch_once_ready_and_watches_every_window_to_its_end():
     fake = FakeSystemd(["a@1.service", "a@2.service", "a@3.service"])
     done = roll(fake.host(), ["a@1.service", "a@2.service", "a@3.service"], settle=5, overlap_settle=True)
-    # Back to back: no batch waited for the window of the one before.
     assert restarts(fake) == ["a@1.service", "a@2.service", "a@3.service"]
-    assert all(d["seconds"] < 5 for d in done["restarted"])
-    # Every window was watched to its end before the loop returned, and nothing is left to the caller.
-    assert fake.now >= 5 and done["settling"] == {}
+    # The first was watched to the end of its window before the second restarted; the others back to back: no
+    # batch after the first waited for the window of the one before.
+    assert done["restarted"][0]["seconds"] >= 5 and all(d["seconds"] < 5 for d in done["restarted"][1:])
+    # Every window was watched to its end before the loop returned, and nothing is left to the caller: one window
+    # for the first, one for the rest together.
+    assert 10 <= fake.now < 15 and done["settling"] == {}
     # Each unit was looked at again after every later restart while its window ran.
     assert fake.polls["a@1.service"] >= 3
 
 
 def test_an_overlapped_window_that_catches_a_crash_stops_the_rollout_naming_the_unit_and_the_rest():
+    units = ["a@1.service", "a@2.service", "a@3.service", "a@4.service"]
+    fake = FakeSystemd(units, crash_after={"a@2.service": 2},
+                       journal="RuntimeError: broken on purpose\nMain process exited, code=exited\n")
+    with pytest.raises(RolloutError) as err:
+        roll(fake.host(), units, settle=5, overlap_settle=True)
+    assert err.value.failed_unit == "a@2.service"
+    assert "a@2.service came up on the new code, then did not stay up" in err.value.msg
+    assert "the units restarted after it while it was watched run the new code too" in err.value.msg
+    assert "Not restarted, still on the code they ran: a@4.service" in err.value.msg
+    assert [d["name"] for d in err.value.restarted] == ["a@1.service", "a@2.service", "a@3.service"]
+    assert restarts(fake) == ["a@1.service", "a@2.service", "a@3.service"]
+
+
+def test_an_overlapped_rollout_catches_a_build_dying_in_the_first_window_before_the_rest_restart():
     fake = FakeSystemd(["a@1.service", "a@2.service", "a@3.service"], crash_after={"a@1.service": 2},
                        journal="RuntimeError: broken on purpose\nMain process exited, code=exited\n")
     with pytest.raises(RolloutError) as err:
         roll(fake.host(), ["a@1.service", "a@2.service", "a@3.service"], settle=5, overlap_settle=True)
     assert err.value.failed_unit == "a@1.service"
-    assert "a@1.service came up on the new code, then did not stay up" in err.value.msg
-    assert "the units restarted after it while it was watched run the new code too" in err.value.msg
-    assert "Not restarted, still on the code they ran: a@3.service" in err.value.msg
-    assert [d["name"] for d in err.value.restarted] == ["a@1.service", "a@2.service"]
-    assert restarts(fake) == ["a@1.service", "a@2.service"]
+    assert "the units restarted after it" not in err.value.msg
+    assert "Not restarted, still on the code they ran: a@2.service, a@3.service" in err.value.msg
+    assert restarts(fake) == ["a@1.service"]
 
 
 def test_overlapped_and_deferred_windows_go_to_the_caller_together_and_surge_waits_for_all_of_them():
-    fake = FakeSystemd(["a@1.service", "a@2.service"])
-    done = roll(fake.host(), ["a@1.service", "a@2.service"], settle=5, overlap_settle=True, defer_settle=True)
-    assert fake.now < 5 and sorted(done["settling"]["units"]) == ["a@1.service", "a@2.service"]
+    fake = FakeSystemd(["a@1.service", "a@2.service", "a@3.service"])
+    done = roll(fake.host(), ["a@1.service", "a@2.service", "a@3.service"], settle=5, overlap_settle=True,
+                defer_settle=True)
+    # The first was watched to its end; the later ones go to the caller together.
+    assert 5 <= fake.now < 10 and sorted(done["settling"]["units"]) == ["a@2.service", "a@3.service"]
     assert done["settling"]["until"] == pytest.approx(fake.now + 5, abs=0.6)
+    # One instance: its window goes to the caller.
+    fake = FakeSystemd(["a@1.service"])
+    done = roll(fake.host(), ["a@1.service"], settle=5, overlap_settle=True, defer_settle=True)
+    assert fake.now < 5 and list(done["settling"]["units"]) == ["a@1.service"]
     # With surge instances, they are told to stop only once every window of their type has ended.
     fake = FakeSystemd(["a@1.service", "a@2.service", "a@s1.service"])
     done = roll(fake.host(), groups=[{"units": ["a@1.service", "a@2.service"], "surge": ["a@s1.service"],
