@@ -1,19 +1,21 @@
 """Deploy benchmarks (`make bench`): every number a ratio measured in one run, on the same hosts. Not a test.
 
-Starts a Redis host and 8 app hosts (bookworm, systemd as PID 1, podman), the demo app with one Celery process
+Starts a Redis host and 16 app hosts (bookworm, systemd as PID 1, podman), the demo app with one Celery process
 type of 2 instances per host, deploys build 0 everywhere (not timed), then times:
 
   floor          tools/floor.py on host 1: the deploy's steps by hand, readiness and one smoke job per instance
   hosts-1        sturdy.workers.deploy A->B on host 1
   no-op          the same build again on host 1 (nothing to do)
   scale          the live build again on host 1 with 3 instances, then with 2 again (config-only releases)
-  hosts-2/4/8    A->B on 2, 4 and 8 hosts with the default batching (a canary, then the rest)
+  hosts-2/4/8/16 A->B on 2, 4, 8 and 16 hosts with the default batching (a canary, then the rest)
   serial 1       A->B on 8 hosts one host per batch (the default before the canary)
   backlog        A->B on host 1 while every slot runs a long task and more wait (restart phase against T)
   backlog-surge  the same with max_surge 100%: both instances restart at once while two surge instances consume
-  overlap        hosts-1 with sturdy_worker_overlap_settle: the next instance restarts once the one before is ready
+  one-window     hosts-1 with sturdy_worker_overlap_settle false: each instance watched before the next restarts
+  instances      host 1 scaled to 4 instances (not timed), then A->B with the defaults, with overlap_settle false and
+                 with max_surge 100%: what a host's restart phase costs per instance; then back to 2 (not timed)
   mitogen        hosts-1 and no-op again on Mitogen's podman transport (mitogen_linear)
-  ssh            hosts-1, no-op and hosts-8 over SSH (the images' sshd, a key of the bench's own, ControlPersist, pipelining),
+  ssh            hosts-1, no-op, hosts-8 and hosts-16 over SSH (the images' sshd, a key of the bench's own, ControlPersist, pipelining),
                  then hosts-1 and no-op on Mitogen's SSH transport (mitogen_ssh)
   status         sturdy.workers.status on host 1 against a bare `systemctl show` play (best of 3 each)
 
@@ -39,7 +41,7 @@ from testhosts import address, on_mitogen, ssh_key  # noqa: E402
 
 OUT = ROOT / ".bench"
 NET, BROKER, IMAGE = "sturdy-bench", "sturdy-bench-broker", "localhost/sturdy-systemd:12"
-HOSTS = [f"sturdy-bench-{n}" for n in range(1, 9)]
+HOSTS = [f"sturdy-bench-{n}" for n in range(1, 17)]
 PHASES = ("preflight", "install", "migrate", "restart", "finish")  # the deploy report's, in order
 TASK_SECONDS = 20  # the backlog's long tasks (max_task_runtime 30: the stop timeout covers them)
 FORKS = len(HOSTS)
@@ -218,9 +220,8 @@ class Bench:
 
     def run(self, parts: list[str]) -> None:
         """Every part in order; a subset (`python tools/bench.py floor hosts-1 backlog`) on hosts set up before."""
-        def hosts(n: int, serial: str | None = None) -> None:
-            extra = ["-e", f"sturdy_deploy_serial={serial}"] if serial else []
-            self.deploy(f"hosts-{n}" + (f" serial {serial}" if serial else ""), HOSTS[:n], self.build(), None, *extra)
+        def hosts(n: int) -> None:
+            self.deploy(f"hosts-{n}", HOSTS[:n], self.build())
 
         def ssh() -> None:
             # The test images run sshd (testbed/build-image.sh): only the key is the bench's own.
@@ -237,10 +238,20 @@ class Bench:
                        f"-i {key} {options}")
             self.deploy("ssh hosts-1", HOSTS[:1], self.build(), env)
             self.deploy("ssh no-op", HOSTS[:1], self.last(), env)
-            self.deploy("ssh hosts-8", HOSTS, self.build(), env)
+            self.deploy("ssh hosts-8", HOSTS[:8], self.build(), env)
+            self.deploy("ssh hosts-16", HOSTS, self.build(), env)
             # Mitogen's strategy takes ansible_connection=ssh over with its own SSH transport (mitogen_ssh).
             self.deploy("mitogen_ssh hosts-1", HOSTS[:1], self.build(), on_mitogen(env))
             self.deploy("mitogen_ssh no-op", HOSTS[:1], self.last(), on_mitogen(env))
+
+        def instances() -> None:
+            four = ("-e", "bench_instances=4")
+            self.deploy("setup 4 instances", HOSTS[:1], self.last(), None, *four)
+            self.deploy("4 instances", HOSTS[:1], self.build(), None, *four)
+            self.deploy("4 instances one-window", HOSTS[:1], self.build(), None, *four, "-e",
+                        "sturdy_worker_overlap_settle=false")
+            self.deploy("4 instances surge", HOSTS[:1], self.build(), None, *four, "-e", "bench_surge=100%")
+            self.deploy("setup 2 instances", HOSTS[:1], self.last(), None)
 
         def mitogen() -> None:
             env = on_mitogen(self.env)
@@ -256,11 +267,14 @@ class Bench:
             "scale": lambda: (self.deploy("scale up", HOSTS[:1], self.last(), None, "-e", "bench_instances=3"),
                               self.deploy("scale down", HOSTS[:1], self.last(), None, "-e", "bench_instances=2")),
             "hosts-2": lambda: hosts(2), "hosts-4": lambda: hosts(4), "hosts-8": lambda: hosts(8),
-            "serial-1": lambda: hosts(8, "1"),
+            "hosts-16": lambda: hosts(16),
+            "serial-1": lambda: self.deploy("hosts-8 serial 1", HOSTS[:8], self.build(), None, "-e",
+                                            "sturdy_deploy_serial=1"),
             "backlog": lambda: self.backlog(HOSTS[0]),
             "backlog-surge": lambda: self.backlog(HOSTS[0], "backlog surge", "-e", "bench_surge=100%"),
-            "overlap": lambda: self.deploy("hosts-1 overlap", HOSTS[:1], self.build(), None, "-e",
-                                           "sturdy_worker_overlap_settle=true"),
+            "one-window": lambda: self.deploy("hosts-1 one-window", HOSTS[:1], self.build(), None, "-e",
+                                              "sturdy_worker_overlap_settle=false"),
+            "instances": instances,
             "mitogen": mitogen,
             "ssh": ssh,
             "status": self.status,
@@ -277,7 +291,7 @@ def summary(results: dict) -> list[str]:
     """One line per part measured: seconds, the ratio the issue's targets name, the phases."""
     r = {k: v["seconds"] for k, v in results.items()}
     lines = [f"machine: {os.cpu_count()} cores; podman transport, pipelining on, forks {FORKS}, serial default",
-             f"{'run':<18}{'seconds':>9}{'cpu s':>7}{'ctl s':>7}  {'ratio':<34} phases"]
+             f"{'run':<24}{'seconds':>8}{'cpu s':>7}{'ctl s':>7}{'ctl/h':>6}  {'ratio':<36} phases"]
 
     def line(name: str, against: str = "", what: str = "") -> None:
         if name not in r:
@@ -290,16 +304,24 @@ def summary(results: dict) -> list[str]:
             ratio = f"(no {against} in this run)"
         phases = dict(sorted(results[name].get("phases", {}).items(), key=lambda kv: PHASES.index(kv[0])))
         cpu, ctl = results[name].get("cpu", ""), results[name].get("controller cpu", "")
-        lines.append(f"{name:<18}{r[name]:>9.1f}{cpu:>7}{ctl:>7}  {ratio:<34} {' '.join(f'{k} {v}' for k, v in phases.items())}")
+        # The controller's CPU seconds per host of the run.
+        per_host = f"{ctl / results[name]['hosts']:.1f}" if ctl != "" and results[name].get("hosts") else ""
+        lines.append(f"{name:<24}{r[name]:>8.1f}{cpu:>7}{ctl:>7}{per_host:>6}  {ratio:<36} "
+                     + " ".join(f"{k} {v}" for k, v in phases.items()))
 
     line("floor", what="1.00")
     line("hosts-1", "floor")
     line("no-op", "hosts-1")
     line("scale up", "hosts-1", "hosts-1 (2 -> 3 instances)")
     line("scale down", "hosts-1", "hosts-1 (3 -> 2 instances)")
-    line("hosts-1 overlap", "floor")
-    for n in (2, 4, 8):
+    line("hosts-1 one-window", "floor")
+    for n in (2, 4, 8, 16):
         line(f"hosts-{n}", "hosts-1")
+    line("hosts-16", "hosts-8", "hosts-8")
+    for name in ("4 instances", "4 instances one-window", "4 instances surge"):
+        restart = results.get(name, {}).get("phases", {}).get("restart")
+        if restart is not None and "hosts-1" in results:
+            line(name, what=f"restart {restart / results['hosts-1']['phases']['restart']:.2f} x hosts-1's (2)")
     line("hosts-8 serial 1", "hosts-1", "hosts-1 (one host per batch)")
     if "backlog" in results:
         restart = results["backlog"]["phases"].get("restart", 0)
@@ -313,6 +335,8 @@ def summary(results: dict) -> list[str]:
     line("ssh hosts-1", "ssh floor")
     line("ssh no-op", "ssh hosts-1")
     line("ssh hosts-8", "ssh hosts-1")
+    line("ssh hosts-16", "ssh hosts-1")
+    line("ssh hosts-16", "ssh hosts-8", "ssh hosts-8")
     line("mitogen_ssh hosts-1", "ssh hosts-1", "ssh hosts-1 stock")
     line("mitogen_ssh no-op", "ssh no-op", "ssh no-op stock")
     line("status", "bare show", "a bare systemctl show play")
