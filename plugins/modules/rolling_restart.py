@@ -64,9 +64,8 @@ options:
         its end before surge units stop and before the task returns (with O(defer_settle), the windows still
         running are returned in RV(settling)). A unit that does not stay up still fails the task, naming it; the
         batches restarted meanwhile run the new code too.
-      - A host's restart then takes one window and a start per batch, whatever the number of batches.
+      - A host's restart then takes the first window and a start per batch, whatever the number of batches.
       - Off, each batch is watched to the end of its window before the next restarts.
-      -
     type: bool
     default: true
     version_added: 0.4.0
