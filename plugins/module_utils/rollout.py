@@ -205,7 +205,8 @@ def roll(host: Host, units: list | None = None, settle: float = 5, ready_timeout
     the type's surge units stop and before the loop returns (a unit that does not stay up still stops the rollout,
     naming it, but the batches restarted meanwhile run the new code too). The first batch (or the surge units) is
     watched to the end of its window before any other restarts, so a build that dies soon after it is ready is
-    caught while the rest run the old one, and a host's restart takes one window, not one per batch.
+    caught while the rest run the old one, and a host's restart takes the first window and a start per batch,
+    not a window per batch.
 
     With `defer_settle`, the last batch (with `overlap_settle`, every batch still in its window) is not watched here
     once ready, unless its type has surge instances (they stop only after it is stable): it is returned as

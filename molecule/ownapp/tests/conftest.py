@@ -87,15 +87,25 @@ def lay_out() -> Path:
     # --force: an install elsewhere of the same version (the checkout molecule links) would make it do nothing.
     installed = subprocess.run(["ansible-galaxy", "collection", "install", "--force", str(tarball), "-p",
                                 str(WALK / "collections")], capture_output=True, text=True, check=False,
-                               env={k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")})
+                               env=user_env())
     assert installed.returncode == 0, installed.stdout + installed.stderr
     assert (WALK / "collections" / "ansible_collections" / "sturdy" / "workers" / "MANIFEST.json").is_file()
     return deploy
 
 
+def user_env() -> dict[str, str]:
+    """This environment with none of molecule's ANSIBLE_* settings, as a user's shell has it."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+
+
+def live_release(name: str) -> str:
+    """The release current names on the host's container `name`: <build>, or <build>~<n> for another config."""
+    return host(name).check_output("readlink /srv/ledger/current").rsplit("/", 1)[-1]
+
+
 def run(argv: list[str]) -> subprocess.CompletedProcess:
     """`argv` from deploy/, with none of molecule's ANSIBLE_* settings (the stock strategy and configuration)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env = user_env()
     # PWD as a shell sets it on `cd deploy`: the deploy report is written there.
     env.update(ANSIBLE_COLLECTIONS_PATH=str(WALK / "collections"), ANSIBLE_LOG_PATH=str(EPHEMERAL / "ansible.log"),
                ANSIBLE_NOCOLOR="1", PWD=str(WALK / "deploy"))

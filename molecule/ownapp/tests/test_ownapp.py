@@ -8,7 +8,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from conftest import HOSTS, WALK, command, host, lay_out, run, said, served_in_turn, vault, while_requests_flow
+from conftest import (HOSTS, WALK, command, host, lay_out, live_release, run, said, served_in_turn, vault,
+                      while_requests_flow)
 
 B1, B2 = "2026.12.03-1", "2026.12.03-2"
 UNITS = ["ledger-worker@1.service", "ledger-worker@2.service", "ledger-sweeper@1.service"]
@@ -21,10 +22,6 @@ SECRET = "s3cret"
 
 def artifact(build: str) -> Path:
     return Path(f"/var/tmp/builds/ledger-{build}.tar.gz")
-
-
-def current(name: str) -> str:
-    return host(name).check_output("readlink /srv/ledger/current").rsplit("/", 1)[-1]
 
 
 def build_of(name: str, unit: str) -> str:
@@ -68,7 +65,7 @@ def test_build_1_is_built_deployed_and_each_instance_is_its_own_celery_node():
     report = json.loads((WALK / "deploy" / "deploy-report-ledger.json").read_text())
     assert (report["result"], report["build_id"]) == ("success", B1), report["message"]
     for name, container in HOSTS.items():
-        assert current(container) == B1
+        assert live_release(container) == B1
         for unit in UNITS:
             assert report["hosts"][name]["instances"][unit]["smoke_build"] == B1
             assert build_of(container, unit) == B1
@@ -120,7 +117,7 @@ def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1(
         assert served_in_turn(answers, B1, B2), answers
     # Beat stays where it runs: nothing moved, nothing said.
     assert "now run on" not in deployed.stdout, deployed.stdout[-3000:]
-    assert {current(c) for c in HOSTS.values()} == {B2}
+    assert {live_release(c) for c in HOSTS.values()} == {B2}
     assert {build_of(c, u) for c in HOSTS.values() for u in [*UNITS, WEB]} == {B2}
     (rolled, trixie), bookworm = while_requests_flow("ownapp-bookworm", HEALTH, lambda: while_requests_flow(
         "ownapp-trixie", HEALTH, lambda: run(command("rollback"))))
@@ -128,7 +125,7 @@ def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1(
     for answers in (bookworm, trixie):
         assert [a for a in answers if a[0] != 200] == [], [a for a in answers if a[0] != 200][:5]
         assert served_in_turn(answers, B2, B1), answers
-    assert {current(c) for c in HOSTS.values()} == {B1}
+    assert {live_release(c) for c in HOSTS.values()} == {B1}
     assert {build_of(c, u) for c in HOSTS.values() for u in [*UNITS, WEB]} == {B1}
     answer = json.loads(in_release("ownapp-bookworm", "bin/ledger-post acct-8 1").splitlines()[-1])
     assert answer["cents"] == 1

@@ -9,14 +9,13 @@ survey's variables, instance and container groups, receptor, job slicing."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import yaml
 
-from conftest import EPHEMERAL, HOSTS, ROOT, WALK, host, said
+from conftest import EPHEMERAL, HOSTS, ROOT, WALK, live_release, said, user_env
 
 B1, B2 = "2026.12.03-1", "2026.12.03-2"
 SECRET = "s3cret"
@@ -33,7 +32,7 @@ MOUNTS = ["/var/tmp/builds:/var/tmp/builds", f"{EPHEMERAL / 'ssh'}:{EPHEMERAL / 
 
 def current(name: str) -> str:
     """The build of the host's live release (a release is <build> or <build>~<n>: the build with another config)."""
-    return host(name).check_output("readlink /srv/ledger/current").rsplit("/", 1)[-1].split("~")[0]
+    return live_release(name).split("~")[0]
 
 
 def private_data_dir() -> Path:
@@ -70,7 +69,7 @@ def test_ansible_runner_deploys_build_2_in_the_execution_environment_and_reads_t
             "--container-image", IMAGE, f"--container-option=--network={NETWORK}"]
     for mount in MOUNTS:
         argv += ["--container-volume-mount", mount]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env = user_env()
     deployed = subprocess.run([*argv, "-p", "deploy.yml", "--ident", "deploy"], capture_output=True, text=True,
                               timeout=900, check=False, env=env)
     assert deployed.returncode == 0, said(deployed)[-3000:]
@@ -105,7 +104,7 @@ def test_ansible_navigator_deploys_build_1_in_the_same_image_with_the_pull_polic
         argv += ["--execution-environment-volume-mounts", mount]
     for key, value in ENV.items():
         argv += ["--set-environment-variable", f"{key}={value}"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env = user_env()
     deployed = subprocess.run(argv, cwd=pdd, capture_output=True, text=True, timeout=900, check=False, env=env)
     assert deployed.returncode == 0, said(deployed)[-3000:]
     assert f"deploy ledger {B1}: success" in deployed.stdout, said(deployed)[-3000:]
