@@ -120,14 +120,15 @@ def while_tasks_flow(producer: str, prefix: str, action):
     return result, flow
 
 
-# GET <url> in a loop until <stop> exists, one JSON line per request: [status, build_id] or ["error", why].
+# GET <url> in a loop until <stop> exists, one JSON line per request: [status, build_id, pid] or ["error", why].
 _WEB_CLIENT = r"""
 import json, os, sys, time, urllib.error, urllib.request
 url, stop = sys.argv[1:3]
 while not os.path.exists(stop):
     try:
         with urllib.request.urlopen(url, timeout=15) as answer:
-            line = [answer.status, json.loads(answer.read())["build_id"]]
+            body = json.loads(answer.read())
+            line = [answer.status, body["build_id"], body.get("pid")]
     except urllib.error.HTTPError as exc:
         line = [exc.code, exc.reason]
     except Exception as exc:  # a refused or reset connection, a timeout: what must never happen
@@ -160,6 +161,18 @@ def served_in_turn(answers: list[list], old: str, new: str) -> bool:
     `old` again after `new`."""
     builds = [a[1] for a in answers]
     return set(builds) == {old, new} and builds == sorted(builds, key=[old, new].index)
+
+
+def turns(answers: list[list]) -> str:
+    """The answers in runs, for a failed assertion: status, build, pid and how many in a row, as
+    "200 2026.12.03-1 812 x140, 200 2026.12.03-2 990 x61"."""
+    runs: list[list] = []
+    for answer in answers:
+        if runs and runs[-1][0] == answer:
+            runs[-1][1] += 1
+        else:
+            runs.append([answer, 1])
+    return ", ".join(f"{' '.join(map(str, answer))} x{count}" for answer, count in runs)
 
 
 def unit_states(names: list[str], units: list[str]) -> dict[tuple[str, str], tuple[bool, str]]:

@@ -8,8 +8,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from conftest import (HOSTS, WALK, command, host, lay_out, live_release, run, said, served_in_turn, vault,
-                      while_requests_flow)
+from conftest import (HOSTS, WALK, command, host, lay_out, live_release, run, said, served_in_turn, turns,
+                      vault, while_requests_flow)
 
 B1, B2 = "2026.12.03-1", "2026.12.03-2"
 UNITS = ["ledger-worker@1.service", "ledger-worker@2.service", "ledger-sweeper@1.service"]
@@ -114,7 +114,7 @@ def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1(
     succeeded(deployed)
     for answers in (bookworm, trixie):
         assert [a for a in answers if a[0] != 200] == [], [a for a in answers if a[0] != 200][:5]
-        assert served_in_turn(answers, B1, B2), answers
+        assert served_in_turn(answers, B1, B2), turns(answers)
     # Beat stays where it runs: nothing moved, nothing said.
     assert "now run on" not in deployed.stdout, deployed.stdout[-3000:]
     assert {live_release(c) for c in HOSTS.values()} == {B2}
@@ -124,7 +124,7 @@ def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1(
     succeeded(rolled)
     for answers in (bookworm, trixie):
         assert [a for a in answers if a[0] != 200] == [], [a for a in answers if a[0] != 200][:5]
-        assert served_in_turn(answers, B2, B1), answers
+        assert served_in_turn(answers, B2, B1), turns(answers)
     assert {live_release(c) for c in HOSTS.values()} == {B1}
     assert {build_of(c, u) for c in HOSTS.values() for u in [*UNITS, WEB]} == {B1}
     answer = json.loads(in_release("ownapp-bookworm", "bin/ledger-post acct-8 1").splitlines()[-1])
