@@ -23,7 +23,7 @@ from ansible_collections.sturdy.workers.plugins.module_utils.adapters import (
     transient_argv,
 )
 from ansible_collections.sturdy.workers.plugins.module_utils.history import read as read_history
-from ansible_collections.sturdy.workers.plugins.module_utils.names import DEAD_PREFIX
+from ansible_collections.sturdy.workers.plugins.module_utils.names import CONSUMERS_EXPECTED_ENV, DEAD_PREFIX
 from ansible_collections.sturdy.workers.plugins.module_utils.pause import read as pause_marker
 from ansible_collections.sturdy.workers.plugins.module_utils.systemd_query import default_read, parse_show, parse_version
 
@@ -445,9 +445,10 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
             queue_timeout: float = 1.0, journal_since: str = "-7d", realpath: Callable[[str], str] = os.path.realpath,
             read: Callable[[str], str | None] = default_read,
             readlink: Callable[[str], str | None] = default_readlink,
-            pids: Callable[[], list[int]] = list_pids) -> dict:
+            pids: Callable[[], list[int]] = list_pids, consumers: int = 0) -> dict:
     """Everything app_status and the metrics collector report for one host. `run(argv)` runs systemctl, journalctl
-    or systemd-run (argv[0]) and returns (rc, stdout, stderr)."""
+    or systemd-run (argv[0]) and returns (rc, stdout, stderr). `consumers`: how many Celery workers should answer for
+    their queues (the queue read stops waiting once they did), or 0 (it waits `queue_timeout`)."""
     def checked(argv):
         rc, out, err = run(argv)
         if rc != 0:
@@ -489,8 +490,9 @@ def collect(plan: dict, host: str, run: Callable[[list[str]], tuple[int, str, st
     if queues and current:
         release = realpath(plan["current"])
         for proc, argv in queue_commands(plan, release, queue_timeout):
+            environment = {**proc.get("environment", {}), **({CONSUMERS_EXPECTED_ENV: consumers} if consumers else {})}
             cmd = transient_argv(proc["user"], proc["group"], release, plan.get("secrets", {}).get("directives", []),
-                                 proc.get("environment", {}), argv)
+                                 environment, argv)
             found = parse_queue_stats(proc, *run_bounded(run, cmd, QUEUE_READ_SECONDS))
             if paused and (not paused.get("processes") or proc["name"] in paused["processes"]):
                 for q in found:

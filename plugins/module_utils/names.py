@@ -24,6 +24,10 @@ SMOKE_PREFIX = "sturdy.smoke."
 # The Celery task and the RQ job that answer a smoke job.
 SMOKE_TASK = "sturdy.smoke"
 RQ_SMOKE_JOB = "sturdy_agent.rq_smoke"
+# The environment variable that tells the agent's `stats` how many Celery workers should answer for their queues: it
+# stops waiting once that many did, instead of waiting out its timeout. (Not an option: an agent installed by an
+# older version of the collection ignores it.)
+CONSUMERS_EXPECTED_ENV = "STURDY_CONSUMERS_EXPECTED"
 # A queue's dead-letter queue: sturdy.dead.<queue>.
 DEAD_PREFIX = "sturdy.dead."
 # The headers the agent adds to a message: when it was published (a UNIX time), how often its dead letter was

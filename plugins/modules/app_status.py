@@ -40,6 +40,15 @@ options:
     description: Seconds the workers have to answer the consumers' ping.
     type: float
     default: 1.0
+  consumers:
+    description:
+      - How many Celery workers consume the queues, fleet-wide (the deploy passes the instances of its run). The read
+        stops waiting for answers once that many answered, instead of waiting out O(queue_timeout); a consumer beyond
+        that many may then be missing from C(consumers).
+      - C(0) waits O(queue_timeout) for every worker that answers.
+    type: int
+    default: 0
+    version_added: 0.4.0
   host:
     description: The name the report gives this host (the roles pass C(inventory_hostname)). Empty means its hostname.
     type: str
@@ -128,6 +137,7 @@ def main():
             "host": {"type": "str", "default": ""},
             "queues": {"type": "bool", "default": True},
             "queue_timeout": {"type": "float", "default": 1.0},
+            "consumers": {"type": "int", "default": 0},
             "journal_since": {"type": "str", "default": "-7d"},
         },
         supports_check_mode=True,
@@ -147,7 +157,8 @@ def main():
 
     try:
         result = collect(plan, module.params["host"] or socket.gethostname(), run, module.params["queues"],
-                         module.params["queue_timeout"], module.params["journal_since"])
+                         module.params["queue_timeout"], module.params["journal_since"],
+                         consumers=module.params["consumers"])
     except CollectError as exc:
         module.fail_json(msg=str(exc))
     # The agent's error lines are the app's own: a broker URL in a traceback must not carry its password out.

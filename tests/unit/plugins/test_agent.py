@@ -519,3 +519,38 @@ def test_the_rq_smoke_client_sends_a_job_to_each_queue_and_reads_its_answer(agen
     got = agent.rq_client.smoke(["sturdy.smoke.parcel-worker@1.h", "parcel.scales"], 5)
     assert [(g["queue"], g["ok"], g["answer"]["build_id"]) for g in got] == [
         ("sturdy.smoke.parcel-worker@1.h", True, "b7"), ("parcel.scales", True, "b7")], got
+
+
+def test_stats_stops_waiting_for_consumers_once_as_many_as_the_caller_expects_answered(agent, monkeypatch, capsys):
+    # The broker's pidbox cannot run here: a Celery app that records how its broadcast was asked to wait.
+    asked = []
+
+    class Channel:
+        def queue_declare(self, queue, passive):
+            return type("Declared", (), {"message_count": 0})()
+
+    class Connection:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def channel(self):
+            return Channel()
+
+    class App:
+        control = type("Control", (), {"inspect": lambda self, timeout, limit: asked.append((timeout, limit)) or type(
+            "Inspect", (), {"active_queues": lambda self: {"w1@h": [{"name": "default"}], "w2@h": []}})()})()
+
+        def connection_for_read(self):
+            return Connection()
+
+    monkeypatch.setattr(agent.client, "load_app", lambda spec: App())
+    monkeypatch.setenv("STURDY_CONSUMERS_EXPECTED", "2")
+    assert agent.__main__.main(["stats", "--timeout", "1.5", "--celery-app", "shop.celery", "default"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["consumers"] == ["w1@h"]
+    # Without it (the status, the metrics collector): every worker that answers within the timeout.
+    monkeypatch.delenv("STURDY_CONSUMERS_EXPECTED")
+    assert agent.__main__.main(["stats", "--timeout", "1.5", "--celery-app", "shop.celery", "default"]) == 0
+    assert asked == [(1.5, 2), (1.5, None)]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from . import client, rq_client
 from .core import own_smoke_queue
+from .names import CONSUMERS_EXPECTED_ENV
 
 
 def main(argv=None) -> int:
@@ -80,7 +82,8 @@ def main(argv=None) -> int:
         print(json.dumps(rq_client.smoke(args.queues, args.timeout), sort_keys=True))
         return 0
     if args.command == "stats":
-        print(json.dumps(client.queue_stats(args.celery_app, args.queues, args.timeout), sort_keys=True))
+        expect = int(os.environ.get(CONSUMERS_EXPECTED_ENV) or 0)
+        print(json.dumps(client.queue_stats(args.celery_app, args.queues, args.timeout, expect), sort_keys=True))
         return 0
     print(json.dumps(client.smoke(args.celery_app, args.queues, args.timeout), sort_keys=True))
     return 0

@@ -147,11 +147,12 @@ def oldest_waiting(raw, now: float) -> dict:
             "oldest_stamped": isinstance(sent, (int, float))}
 
 
-def queue_stats(celery_app: str, queues: list[str], timeout: float) -> list[dict]:
+def queue_stats(celery_app: str, queues: list[str], timeout: float, expect: int = 0) -> list[dict]:
     """Depth, oldest waiting message and live consumers of each queue, through the app's own broker connection.
 
     Consumers are the workers that answer a remote-control ping for their queues within `timeout` (a worker whose
-    event loop is alive answers even while its pool runs long tasks).
+    event loop is alive answers even while its pool runs long tasks), or the first `expect` to answer: the caller
+    knows how many run, and need not wait out the timeout once they all did.
     """
     app = load_app(celery_app)
     found = []
@@ -172,7 +173,7 @@ def queue_stats(celery_app: str, queues: list[str], timeout: float) -> list[dict
                 entry.update(oldest_waiting(client.lindex(queue, -1), time.time()))
             found.append(entry)
     try:
-        replies = app.control.inspect(timeout=timeout).active_queues() or {}
+        replies = app.control.inspect(timeout=timeout, limit=expect or None).active_queues() or {}
     except Exception as exc:  # pylint: disable=broad-exception-caught  # reported, the depths still count
         replies, error = {}, f"{type(exc).__name__}: {exc}"
     else:

@@ -62,3 +62,27 @@ def test_the_last_run_recorded_on_the_host_and_the_pause_are_returned(run_module
     (tmp_path / ".paused").write_text(json.dumps({"owner": "bob", "processes": []}))
     got = read_host(run_module, tmp_path)
     assert got["last_run"] == {"run": "deploy-2", "kind": "deploy"} and got["paused"]["owner"] == "bob"
+
+
+def test_the_queue_read_tells_the_agent_how_many_consumers_to_wait_for(run_module, tmp_path):
+    (tmp_path / "releases" / "b2").mkdir(parents=True)
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "b2")
+    planned = plan("shop", root=str(tmp_path), processes=[
+        {"name": "worker", "command": ["bin/shop-worker"], "adapter": "celery", "celery_app": "shop.celery",
+         "queues": ["default"]}])
+    answer = json.dumps([{"queue": "default", "depth": 0, "consumers": ["w1", "w2", "w3"]}])
+
+    def read(consumers: int) -> tuple[list[str], dict]:
+        got, calls = run_module(app_status, {"plan": planned, "consumers": consumers},
+                                [*QUIET, (["/usr/bin/systemctl", "--property=RuntimeMaxSec=60"], (0, answer + "\n", ""))],
+                                bin_path="/usr/bin/systemctl")
+        agent = [c for c in calls if "sturdy_agent" in c]
+        assert len(agent) == 1 and agent[0][-3:] == ["--celery-app", "shop.celery", "default"], agent
+        return [a for a in agent[0] if a.startswith("--setenv=")], got
+
+    # The deploy knows how many Celery workers its run has: the agent stops waiting once they answered.
+    setenv, got = read(3)
+    assert "--setenv=STURDY_CONSUMERS_EXPECTED=3" in setenv and got["queues"][0]["consumers"] == ["w1", "w2", "w3"]
+    # Without a count (the status, the metrics) it waits out the timeout, as an agent of an older release does.
+    setenv, got = read(0)
+    assert not [s for s in setenv if "CONSUMERS" in s]
