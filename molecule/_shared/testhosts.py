@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -140,19 +141,24 @@ while not os.path.exists(stop):
 
 def while_requests_flow(web: str, url: str, action):
     """Run action() while a client on `web` fires GET `url` back to back (one at a time, 20 ms apart), from 2 s before
-    it to 2 s after it; (action's result, the answers as [status, build or why], in order)."""
+    it to 2 s after it; (action's result, the answers as [status, build, pid] or ["error", why], in order)."""
     stop = f"/tmp/stop-requests-{time.monotonic_ns()}"
-    client = subprocess.Popen(["podman", "exec", web, "python3", "-c", _WEB_CLIENT, url, stop],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
-    try:
-        result = action()
+    # The answers go to files, never to a pipe nobody reads while action() runs: a full pipe would stop the client at
+    # its first few thousand answers, all from the old build, and the test would blame the deploy.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        client = subprocess.Popen(["podman", "exec", web, "python3", "-c", _WEB_CLIENT, url, stop],
+                                  stdout=out, stderr=err, text=True)
         time.sleep(2)
-    finally:
-        host(web).check_output(f"touch {stop}")
-        out, err = client.communicate(timeout=60)
-    answers = [json.loads(line) for line in out.splitlines() if line.strip()]
-    assert answers, err[-2000:]
+        try:
+            result = action()
+            time.sleep(2)
+        finally:
+            host(web).check_output(f"touch {stop}")
+            client.wait(timeout=60)
+        out.seek(0)
+        err.seek(0)
+        answers = [json.loads(line) for line in out.read().splitlines() if line.strip()]
+        assert answers, err.read()[-2000:]
     return result, answers
 
 
@@ -164,15 +170,16 @@ def served_in_turn(answers: list[list], old: str, new: str) -> bool:
 
 
 def turns(answers: list[list]) -> str:
-    """The answers in runs, for a failed assertion: status, build, pid and how many in a row, as
-    "200 2026.12.03-1 812 x140, 200 2026.12.03-2 990 x61"."""
+    """The answers in runs, for a failed assertion: status and build, how many in a row and the pids that answered,
+    as "200 2026.12.03-1 x140 (pids 812 813), 200 2026.12.03-2 x61 (pids 990 991)"."""
     runs: list[list] = []
-    for answer in answers:
-        if runs and runs[-1][0] == answer:
-            runs[-1][1] += 1
-        else:
-            runs.append([answer, 1])
-    return ", ".join(f"{' '.join(map(str, answer))} x{count}" for answer, count in runs)
+    for status, why, *pid in answers:
+        if not (runs and runs[-1][0] == (status, why)):
+            runs.append([(status, why), 0, set()])
+        runs[-1][1] += 1
+        runs[-1][2].update(pid)
+    return ", ".join(f"{status} {why} x{count}" + (f" (pids {' '.join(map(str, sorted(pids)))})" if pids else "")
+                     for (status, why), count, pids in runs)
 
 
 def unit_states(names: list[str], units: list[str]) -> dict[tuple[str, str], tuple[bool, str]]:

@@ -291,12 +291,16 @@ def test_readme_diagnose_tells_a_sigkill_and_the_task_it_interrupted_waiting_for
 
 def test_a_task_still_running_at_the_stop_timeout_is_killed_said_so_and_runs_again_once():
     # The rolling restart's own module on an instance whose TimeoutStopSec= (3 s, by a drop-in) is shorter than the
-    # task it runs (12 s): the warm shutdown waits 3 s, systemd SIGKILLs the task, the module says the stop used its
+    # task it runs (20 s): the warm shutdown waits 3 s, systemd SIGKILLs the task, the module says the stop used its
     # whole timeout, and the broker hands the unacknowledged task out again (acks_late): it runs once more, to the end.
+    # 20 s: longer than the module takes to start on a loaded machine (a 12 s task once ended before the stop), shorter
+    # than the task time limit (25 s, tests/apps/shop: a 30 s task was stopped by it in its second run).
     trixie = host(TRIXIE)
     unit = "shop-worker@1.service"
-    # The restarted worker looks for unacknowledged messages after 10 s instead of 60: the test waits less.
-    with a_long_task_on_one_instance("stoptimeout", r"TimeoutStopSec=3\nEnvironment=SHOP_VISIBILITY_TIMEOUT=10\n"):
+    # The restarted worker looks for unacknowledged messages after 30 s instead of 60: the test waits less. Longer
+    # than the task, or the broker would hand it out again while its second run still goes.
+    with a_long_task_on_one_instance("stoptimeout", r"TimeoutStopSec=3\nEnvironment=SHOP_VISIBILITY_TIMEOUT=30\n",
+                                     seconds=20):
         result = subprocess.run(["ansible", TRIXIE, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-o", "-m",
                                  "sturdy.workers.rolling_restart", "-a", json.dumps({"units": [unit], "settle": 2})],
                                 capture_output=True, text=True, timeout=300, check=False)

@@ -112,9 +112,9 @@ def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1(
     (deployed, trixie), bookworm = while_requests_flow("ownapp-bookworm", HEALTH, lambda: while_requests_flow(
         "ownapp-trixie", HEALTH, lambda: run(command("deploy", B2))))
     succeeded(deployed)
-    for answers in (bookworm, trixie):
-        assert [a for a in answers if a[0] != 200] == [], [a for a in answers if a[0] != 200][:5]
-        assert served_in_turn(answers, B1, B2), turns(answers)
+    for name, answers in (("ownapp-bookworm", bookworm), ("ownapp-trixie", trixie)):
+        assert [a for a in answers if a[0] != 200] == [], (name, [a for a in answers if a[0] != 200][:5])
+        assert served_in_turn(answers, B1, B2), f"{name}: {turns(answers)}"
     # Beat stays where it runs: nothing moved, nothing said.
     assert "now run on" not in deployed.stdout, deployed.stdout[-3000:]
     assert {live_release(c) for c in HOSTS.values()} == {B2}
@@ -122,9 +122,9 @@ def test_build_2_deploys_and_the_rollback_brings_every_instance_back_to_build_1(
     (rolled, trixie), bookworm = while_requests_flow("ownapp-bookworm", HEALTH, lambda: while_requests_flow(
         "ownapp-trixie", HEALTH, lambda: run(command("rollback"))))
     succeeded(rolled)
-    for answers in (bookworm, trixie):
-        assert [a for a in answers if a[0] != 200] == [], [a for a in answers if a[0] != 200][:5]
-        assert served_in_turn(answers, B2, B1), turns(answers)
+    for name, answers in (("ownapp-bookworm", bookworm), ("ownapp-trixie", trixie)):
+        assert [a for a in answers if a[0] != 200] == [], (name, [a for a in answers if a[0] != 200][:5])
+        assert served_in_turn(answers, B2, B1), f"{name}: {turns(answers)}"
     assert {live_release(c) for c in HOSTS.values()} == {B1}
     assert {build_of(c, u) for c in HOSTS.values() for u in [*UNITS, WEB]} == {B1}
     answer = json.loads(in_release("ownapp-bookworm", "bin/ledger-post acct-8 1").splitlines()[-1])
