@@ -83,8 +83,9 @@ def floor(t: Transport, artifact: Path, build: str, app: str, process: str, inst
         t.put(agent_tarball(Path(local)), f"{root}/.incoming/sturdy_agent.tar")
     mark("upload")
     t.sh(f"set -e; mkdir {release}; tar -xzf {root}/.incoming/{artifact.name} -C {release}; "
-         f"python3 -m venv {release}/venv; "
-         f"{release}/venv/bin/pip install -q --no-index --only-binary=:all: --find-links {release}/wheelhouse "
+         # As the collection builds it: pip from the interpreter's own wheel, none in the venv.
+         f"python3 -m venv --without-pip {release}/venv; "
+         f"{release}/venv/bin/python $(ls /usr/share/python-wheels/pip-*.whl)/pip install -q --no-index --only-binary=:all: --find-links {release}/wheelhouse "
          f"$(python3 -c 'import json; print(\" \".join(json.load(open(\"{release}/MANIFEST.json\"))[\"install\"]))'); "
          f"site=$(echo {release}/venv/lib/python3*/site-packages); tar -xf {root}/.incoming/sturdy_agent.tar -C $site; "
          f"echo 'import sturdy_agent; sturdy_agent.activate()' > $site/sturdy_agent.pth; "

@@ -209,12 +209,25 @@ def offline_env() -> dict:
             "PIP_NO_CACHE_DIR": "1", "PIP_NO_INPUT": "1"}
 
 
+# The pip wheel the interpreter's ensurepip would install (Debian's python3-venv ships it in /usr/share/python-wheels,
+# upstream Python in ensurepip/_bundled), printed by the interpreter that builds the venv; nothing when it has none.
+FIND_PIP_WHEEL = ("import glob, os, sysconfig; print((sorted(glob.glob('/usr/share/python-wheels/pip-*.whl')) or sorted("
+                  "glob.glob(os.path.join(sysconfig.get_path('stdlib'), 'ensurepip', '_bundled', 'pip-*.whl'))) "
+                  "or [''])[-1])")
+
+
 def build_venv(dest: str, python: str, install: list[str], run: Runner) -> None:
+    """The release's venv, its requirements installed offline from its wheelhouse. pip runs from the interpreter's
+    own pip wheel and stays out of the venv: a release is never installed into again, and ensurepip's copy of pip
+    (unpacked and compiled into every venv) cost as much CPU as the app's whole install."""
     venv = os.path.join(dest, "venv")
+    rc, out, dummy = run([python, "-c", FIND_PIP_WHEEL], offline_env())
+    wheel = out.strip() if rc == 0 else ""
+    pip = [os.path.join(wheel, "pip")] if wheel else ["-m", "pip"]
     steps = [
-        [python, "-m", "venv", venv],
+        [python, "-m", "venv", *(["--without-pip"] if wheel else []), venv],
         # Wheels only: building an sdist would run the artifact's build code as root, and need a compiler.
-        [os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--no-index", "--only-binary=:all:",
+        [os.path.join(venv, "bin", "python"), *pip, "install", "--no-index", "--only-binary=:all:",
          "--find-links", os.path.join(dest, "wheelhouse"), *install],
     ]
     for argv in steps:

@@ -5,15 +5,19 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
+import sys
 import tarfile
 
 import pytest
 
 from ansible_collections.sturdy.workers.plugins.module_utils.releases import (
+    FIND_PIP_WHEEL,
     PARTIAL_MARKER,
     Layout,
     ReleaseError,
+    build_venv,
     check_slot,
     in_use,
     install,
@@ -61,11 +65,39 @@ def test_install_writes_release_json_last_and_builds_the_venv_offline(tmp_path):
     assert not (release / PARTIAL_MARKER).exists()
     assert oct((release / "bin" / "app").stat().st_mode & 0o777) == "0o755"
     assert oct((release / "MANIFEST.json").stat().st_mode & 0o777) == "0o644"
-    pip = calls[1][0]
+    pip = calls[-1][0]
     assert pip[-3:] == ["--find-links", str(release / "wheelhouse"), "app==1.0"]
     assert "--no-index" in pip and "--only-binary=:all:" in pip
-    assert calls[1][1]["PIP_NO_INDEX"] == "1" and calls[1][1]["PIP_CONFIG_FILE"] == os.devnull
+    assert calls[-1][1]["PIP_NO_INDEX"] == "1" and calls[-1][1]["PIP_CONFIG_FILE"] == os.devnull
     assert release_state(layout, "b1") == "installed"
+
+
+@pytest.mark.parametrize("wheel", ["/usr/share/python-wheels/pip-23.0.1-py3-none-any.whl", ""])
+def test_the_venv_gets_no_pip_when_the_interpreter_has_a_pip_wheel_to_run(tmp_path, wheel):
+    # The interpreter is asked for its ensurepip wheel; pip runs from it, and none is copied into the venv. An
+    # interpreter without one (nothing printed) gets ensurepip's venv and its pip, as before.
+    calls = []
+
+    def run(argv, env):
+        calls.append(argv)
+        return 0, (wheel + "\n" if argv[1] == "-c" else ""), ""
+
+    build_venv(str(tmp_path / "r"), "/usr/bin/python3", ["app==1.0"], run)
+    find, venv, pip = calls
+    assert find[:2] == ["/usr/bin/python3", "-c"] and "python-wheels" in find[2] and "_bundled" in find[2]
+    if wheel:
+        assert venv == ["/usr/bin/python3", "-m", "venv", "--without-pip", str(tmp_path / "r" / "venv")]
+        assert pip[:3] == [str(tmp_path / "r" / "venv" / "bin" / "python"), f"{wheel}/pip", "install"]
+    else:
+        assert venv == ["/usr/bin/python3", "-m", "venv", str(tmp_path / "r" / "venv")]
+        assert pip[1:4] == ["-m", "pip", "install"]
+
+
+def test_the_pip_wheel_finder_names_a_wheel_this_python_has():
+    # The finder itself, run by this Python (pyenv's, with ensurepip/_bundled): a pip wheel that exists.
+    found = subprocess.run([sys.executable, "-c", FIND_PIP_WHEEL], capture_output=True, text=True, check=True)
+    assert re.search(r"/pip-[0-9.]+-py3-none-any\.whl$", found.stdout.strip()), found.stdout
+    assert pathlib.Path(found.stdout.strip()).is_file()
 
 
 def test_a_failed_venv_leaves_the_partial_marker_and_shows_pip_output(tmp_path):
@@ -76,7 +108,7 @@ def test_a_failed_venv_leaves_the_partial_marker_and_shows_pip_output(tmp_path):
 
     def failing(argv, env):
         calls.append(argv)
-        return (0, "", "") if len(calls) == 1 else (1, "", "ERROR: No matching distribution found for app==1.0\n")
+        return (0, "", "") if len(calls) < 3 else (1, "", "ERROR: No matching distribution found for app==1.0\n")
 
     with pytest.raises(ReleaseError, match="No matching distribution found for app==1.0"):
         install(layout, "b1", str(artifact), checksum, "", "/usr/bin/python3", failing)
