@@ -162,11 +162,13 @@ def while_requests_flow(web: str, url: str, action):
     return result, answers
 
 
-def served_in_turn(answers: list[list], old: str, new: str) -> bool:
-    """The answers (while_requests_flow's) name build `old`, then build `new`, each at least once, no other, never
-    `old` again after `new`."""
+def assert_served_in_turn(answers: list[list], old: str, new: str, web: str = "") -> None:
+    """The answers (while_requests_flow's, from host `web`) are all 200 and name build `old`, then build `new`, each at
+    least once, no other, never `old` again after `new`; else the failure shows them in runs (turns())."""
+    refused = [a for a in answers if a[0] != 200]
+    assert refused == [], (web, refused[:5])
     builds = [a[1] for a in answers]
-    return set(builds) == {old, new} and builds == sorted(builds, key=[old, new].index)
+    assert set(builds) == {old, new} and builds == sorted(builds, key=[old, new].index), f"{web}: {turns(answers)}"
 
 
 def turns(answers: list[list]) -> str:

@@ -16,7 +16,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 # The tests import these from here.
 from testhosts import (  # noqa: E402,F401  # pylint: disable=unused-import
-    SSH_CFG, address, host, readme_command, recaps, said, served_in_turn, turns, wait_for, while_requests_flow,
+    SSH_CFG, address, host, readme_command, recaps, said, assert_served_in_turn, wait_for, while_requests_flow,
     while_tasks_flow)
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "_shared"))
 from testhosts import (  # noqa: E402,F401  # pylint: disable=unused-import
-    SSH_CFG, address, host, said, served_in_turn, turns, while_requests_flow)
+    SSH_CFG, address, host, said, assert_served_in_turn, while_requests_flow)
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
