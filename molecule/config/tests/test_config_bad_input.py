@@ -94,6 +94,10 @@ ROWS = [
     ("app name invalid", {"sturdy_app": "Shop"}, 'sturdy_app="Shop" cannot name units'),
     ("build ID with a space", {"sturdy_build_id": "2026 11 29"}, 'sturdy_build_id="2026 11 29"'),
     ("secrets delivery unknown", {"sturdy_secrets_delivery": "vault"}, "sturdy_secrets_delivery"),
+    # Options of the roles the deploy runs after its preflight (the worker's restarts, the smoke jobs): validated in the
+    # preflight too, before the lock and the release install.
+    ("settle window a word", {"sturdy_worker_settle": "soon"}, "sturdy_worker_settle"),
+    ("smoke timeout a word", {"sturdy_smoke_test_timeout": "long"}, "sturdy_smoke_test_timeout"),
     ("singleton host unknown", {"sturdy_worker_singleton_host": "no-such-host", "sturdy_processes": [
         worker(), {"name": "beat", "command": ["bin/shop-worker"], "singleton": True}]},
      "sturdy_worker_singleton_host=no-such-host is not a host of this inventory"),
